@@ -1,0 +1,51 @@
+# WeaselDB developer entry points. `make run` and `make test` are all a fresh clone needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TOOLS_BIN ?= $(HOME)/.cache/weaseldb/bin
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast lint format tools bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Run WeaselDB in the foreground on 127.0.0.1:8080, data under ./data.
+run: install
+	$(VENV)/bin/weaseldb up --data-dir ./data --port 8080 --run-dir ./run
+
+## The whole suite: unit, component and system tiers (slow ones included).
+test: install tools
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+## Everything but the slow system tier, for the edit-test loop.
+test-fast: install
+	$(PY) -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## Build MinIO, etcd, kube-apiserver, kubectl and helm once into $(TOOLS_BIN).
+tools:
+	WEASELDB_TOOLS=$(TOOLS_BIN) bash hack/tools.sh
+
+bench: install
+	$(PY) bench/bench_resolver.py --out bench/results/resolver.json
+	$(PY) bench/bench_commit.py --out bench/results/commit.json
+
+clean:
+	rm -rf $(VENV) run data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Gateway: the client API. Validates, hands commits to the ring, answers from the persister."""

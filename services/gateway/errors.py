@@ -1,0 +1,79 @@
+"""The only place errors become HTTP answers. Every body is JSON:
+``{"error": code, "message": text, ...}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+
+from services.gateway.requests import BadRequest
+
+JSON = "application/json"
+
+
+class ApiError(Exception):
+    status = 500
+    code = "internal"
+    headers: dict[str, str] = {}
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class TooLarge(ApiError):
+    status, code = 413, "too_large"
+
+
+class LeaderChanged(ApiError):
+    status, code = 409, "leader_changed"
+
+
+class NotLeader(ApiError):
+    status, code = 503, "not_leader"
+    headers = {"Retry-After": "1"}
+
+
+class NotFound(ApiError):
+    status, code = 404, "not_found"
+
+
+class Conflict(ApiError):
+    status, code = 409, "conflict"
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                   **extra: Any) -> Response:
+    body = orjson.dumps({"error": code, "message": message, **extra})
+    return Response(body, status_code=status, media_type=JSON, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> Response:
+        return error_response(e.status, e.code, e.message, e.headers, **e.extra)
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_: Request, e: BadRequest) -> Response:
+        return error_response(400, e.code, e.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> Response:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        return error_response(400, "bad_request", details or "invalid request")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, e: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return error_response(e.status_code, code, str(e.detail), e.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception) -> Response:  # a bug, never user input
+        return error_response(500, "internal", f"internal error: {type(e).__name__}")

@@ -1,0 +1,119 @@
+"""The gateway worker's side of the ring: hands entries to the sequencer in batches and
+matches the persister's answers to waiting requests by ticket."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from weaseldb.protocol import (
+    CommitReply, LeaderLost, Progress, RingEntry, Shutdown, StatusReply, TermStart,
+    decode_replies, encode_batch,
+)
+from weaseldb.ring import Inbox, Outbox
+from weaseldb.versioncell import VersionCell
+
+log = logging.getLogger("weaseldb.gateway")
+
+Reply = CommitReply | StatusReply
+
+
+class PipelineUnavailable(Exception):
+    """The set does not lead (yet, or any more): the entry was not or may not be processed."""
+
+
+@dataclass
+class Leadership:
+    leader_id: str = ""
+    term: int = 0
+    leading: bool = False
+    reason: str = "waiting for the persister to announce a term"
+
+
+class PipelineClient:
+    def __init__(self, worker: int, outbox: Outbox, inbox: Inbox, cell: VersionCell) -> None:
+        self.worker = worker
+        self.leadership = Leadership()
+        self.stopped = asyncio.Event()
+        self._outbox, self._inbox, self._cell = outbox, inbox, cell
+        self._next_ticket = 0
+        self._waiting: dict[int, asyncio.Future[Reply]] = {}
+        self._queue: list[RingEntry] = []
+        self._queued = asyncio.Event()
+
+    @property
+    def committed_version(self) -> int:
+        return self._cell.read()
+
+    def new_ticket(self) -> int:
+        self._next_ticket += 1
+        return self._next_ticket
+
+    def submit(self, entry: RingEntry, ticket: int) -> asyncio.Future[Reply]:
+        if not self.leadership.leading:
+            raise PipelineUnavailable(self.leadership.reason)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._waiting[ticket] = future
+        self._enqueue(entry)
+        return future
+
+    def forget(self, ticket: int) -> None:
+        self._waiting.pop(ticket, None)
+
+    def _enqueue(self, entry: RingEntry) -> None:
+        self._queue.append(entry)
+        self._queued.set()
+
+    async def send_loop(self) -> None:
+        """The only sender: whatever queued while the last send ran goes as one message."""
+        while True:
+            await self._queued.wait()
+            self._queued.clear()
+            entries, self._queue = self._queue, []
+            await self._outbox.send(encode_batch(entries))
+
+    async def receive_loop(self) -> None:
+        while not self.stopped.is_set():
+            for frame in await self._inbox.receive():
+                for message in decode_replies(frame):
+                    self._dispatch(message)
+
+    def _dispatch(self, message: object) -> None:
+        if isinstance(message, (CommitReply, StatusReply)):
+            future = self._waiting.pop(message.ticket, None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif isinstance(message, Progress):
+            self.leadership.leader_id, self.leadership.term = message.leader_id, message.term
+        elif isinstance(message, TermStart):
+            self._start_term(message)
+        elif isinstance(message, LeaderLost):
+            self._lose(message.reason)
+        elif isinstance(message, Shutdown):
+            self._lose("shut down")
+            self.stopped.set()
+
+    def _start_term(self, term: TermStart) -> None:
+        self.leadership = Leadership(term.leader_id, term.term, True, "leading")
+        # Passing the announcement on keeps the ring order: our commits follow it.
+        self._enqueue(term)
+
+    def _lose(self, reason: str) -> None:
+        self.leadership.leading = False
+        self.leadership.reason = reason
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(PipelineUnavailable(reason))
+
+    async def shutdown(self, timeout: float) -> bool:
+        """Send Shutdown down the ring and wait for it to come back drained."""
+        self.leadership.leading = False
+        self.leadership.reason = "shutting down"
+        self._enqueue(Shutdown())
+        try:
+            await asyncio.wait_for(self.stopped.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,180 @@
+"""Parsing and validating a commit request (api.md, "POST /v1/commit"), with no I/O.
+
+Decoding is strict: unknown fields are rejected (a misspelt "preconditions" must not turn
+a guarded write into a blind one), integers must be integers, keys and values must be
+standard padded base64. Every failure raises `BadRequest` with the JSON path of the field.
+"""
+
+from __future__ import annotations
+
+import binascii
+import uuid
+from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
+
+from weaseldb.protocol import Delete, Operation, PointRead, Precondition, RangeDelete, RangeRead, Write
+
+#: Versions are u64 in the contract; msgspec bounds stop at int64, which no version reaches.
+U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+REQUEST_ID_MIN, REQUEST_ID_MAX = 20, 128
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _In(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
+    pass
+
+
+class PointReadIn(_In, tag="point_read"):
+    key: str
+    version: U64 | None = None
+
+
+class RangeReadIn(_In, tag="range_read"):
+    begin: str
+    end: str
+    version: U64 | None = None
+
+
+class WriteIn(_In, tag="write"):
+    key: str
+    value: str
+
+
+class DeleteIn(_In, tag="delete"):
+    key: str
+
+
+class RangeDeleteIn(_In, tag="range_delete"):
+    begin: str
+    end: str
+
+
+class CommitRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """A transaction: preconditions that must hold, then operations applied in order."""
+
+    operations: list[WriteIn | DeleteIn | RangeDeleteIn]
+    preconditions: list[PointReadIn | RangeReadIn] = []
+    request_id: str | None = None
+    leader_id: str | None = None
+    read_version: U64 | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_key_bytes: int = 10 * 1024
+    max_value_bytes: int = 100 * 1024
+    max_items: int = 10_000
+
+
+@dataclass(frozen=True)
+class ValidCommit:
+    request_id: str
+    leader_id: str | None
+    preconditions: list[Precondition]
+    operations: list[Operation]
+
+
+_decoder = msgspec.json.Decoder(CommitRequest)
+
+
+def parse_commit(body: bytes, limits: Limits) -> ValidCommit:
+    try:
+        request = _decoder.decode(body)
+    except msgspec.ValidationError as e:
+        raise BadRequest(f"invalid commit request: {e}") from e
+    except msgspec.DecodeError as e:
+        raise BadRequest(f"malformed JSON: {e}") from e
+    return _validate(request, limits)
+
+
+def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:
+    if not request.operations:
+        raise BadRequest("operations: at least one operation is required")
+    items = len(request.operations) + len(request.preconditions)
+    if items > limits.max_items:
+        raise BadRequest(
+            f"{items} operations + preconditions exceed the limit of {limits.max_items}",
+            "limit_exceeded",
+        )
+    codec = _Codec(limits)
+    return ValidCommit(
+        request_id=_request_id(request.request_id),
+        leader_id=request.leader_id,
+        preconditions=[
+            codec.precondition(p, i, request.read_version) for i, p in enumerate(request.preconditions)
+        ],
+        operations=[codec.operation(o, i) for i, o in enumerate(request.operations)],
+    )
+
+
+def _request_id(given: str | None) -> str:
+    if given is None:
+        return uuid.uuid4().hex
+    if not REQUEST_ID_MIN <= len(given) <= REQUEST_ID_MAX:
+        raise BadRequest(
+            f"request_id: must be {REQUEST_ID_MIN}..{REQUEST_ID_MAX} characters, got {len(given)}"
+        )
+    return given
+
+
+class _Codec:
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+
+    def precondition(
+        self, p: PointReadIn | RangeReadIn, index: int, read_version: int | None
+    ) -> Precondition:
+        where = f"preconditions[{index}]"
+        version = p.version if p.version is not None else read_version
+        if version is None:
+            raise BadRequest(f"{where}: needs a version (its own or the request's read_version)")
+        if isinstance(p, PointReadIn):
+            return PointRead(self.key(p.key, f"{where}.key"), version)
+        begin, end = self.range(p.begin, p.end, where)
+        return RangeRead(begin, end, version)
+
+    def operation(self, o: WriteIn | DeleteIn | RangeDeleteIn, index: int) -> Operation:
+        where = f"operations[{index}]"
+        if isinstance(o, WriteIn):
+            value = _b64(o.value, f"{where}.value")
+            if len(value) > self._limits.max_value_bytes:
+                raise BadRequest(
+                    f"{where}.value: {len(value)} bytes exceed {self._limits.max_value_bytes}",
+                    "limit_exceeded",
+                )
+            return Write(self.key(o.key, f"{where}.key"), value)
+        if isinstance(o, DeleteIn):
+            return Delete(self.key(o.key, f"{where}.key"))
+        return RangeDelete(*self.range(o.begin, o.end, where))
+
+    def key(self, text: str, where: str) -> bytes:
+        key = _b64(text, where)
+        if len(key) > self._limits.max_key_bytes:
+            raise BadRequest(
+                f"{where}: {len(key)} bytes exceed the key limit of {self._limits.max_key_bytes}",
+                "limit_exceeded",
+            )
+        return key
+
+    def range(self, begin_text: str, end_text: str, where: str) -> tuple[bytes, bytes]:
+        begin = self.key(begin_text, f"{where}.begin")
+        end = self.key(end_text, f"{where}.end")
+        if not begin < end:
+            raise BadRequest(f"{where}: begin must sort before end (ranges are [begin, end))")
+        return begin, end
+
+
+def _b64(text: str, where: str) -> bytes:
+    try:
+        return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError) as e:
+        raise BadRequest(f"{where}: not standard padded base64 ({e})") from e
+

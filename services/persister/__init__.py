@@ -1,0 +1,1 @@
+"""Persister: the only writer of batches; releases answers strictly in batch order."""

@@ -1,0 +1,220 @@
+"""Persister process: claims and opens a term, then runs the `Engine` on ring input and
+sends answers to the gateway worker that owns each request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from fastapi import FastAPI
+from prometheus_client import Counter, Gauge
+
+from weaseldb.blobstore import BlobStore
+from weaseldb.config import Config
+from weaseldb.protocol import (
+    CommitEntry, GatewayMessage, LeaderLost, Progress, RingEntry, Shutdown, StatusEntry,
+    TermStart,
+    decode_batch, encode_batch,
+)
+from weaseldb.ring import Endpoints, Outbox, Ring
+from weaseldb.service import Health, HttpServer, stage_app
+from weaseldb.types import NotLeader
+from weaseldb.versioncell import VersionCell
+
+from services.persister.answers import Answers
+from services.persister.engine import Engine
+from services.persister.leadership import LostClaim, OpenedTerm, claim, open_term
+from services.persister.release import Slot
+
+log = logging.getLogger("weaseldb.persister")
+
+COMMITTED = Gauge("weaseldb_committed_version", "Last durable, released version")
+TERM = Gauge("weaseldb_term", "Term this process set leads (0 when not leading)")
+IN_FLIGHT = Gauge("weaseldb_persister_in_flight", "Batch PUTs in flight (incl. backoff)")
+BATCHES = Counter("weaseldb_persister_batches_total", "Data batches made durable and released")
+PUTS = Counter("weaseldb_persister_puts_total", "Batch PUT attempts")
+
+
+def new_leader_id(pod_name: str) -> str:
+    return f"{pod_name or socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+
+
+class PersisterStage:
+    def __init__(self, config: Config, ring: Ring, store: BlobStore) -> None:
+        endpoints = Endpoints(config)
+        self.health = Health(reason="recovering")
+        self._config = config
+        self._store = store
+        self._inbox = ring.inbox(endpoints.persister)
+        self._gateways: list[Outbox] = [
+            ring.outbox(endpoints.gateway(i)) for i in range(config.gateway.workers)
+        ]
+        self._answers = Answers(config.persister.request_id_memory)
+        self._cell = VersionCell(Path(config.run_dir) / "committed.version")
+        self._promote = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._term: OpenedTerm | None = None
+        self._engine: Engine | None = None
+        self._committed = 0
+        self._outgoing: dict[int, list[GatewayMessage]] = defaultdict(list)
+        self._outgoing_ready = asyncio.Event()
+        self._puts_counted = 0
+
+    # Lifecycle
+
+    async def run(self, http: HttpServer) -> int:
+        try:
+            term = await self._lead()
+        except NotLeader as e:
+            log.error("not leading: %s", e)
+            await self._broadcast([LeaderLost(str(e))])
+            return 1
+        if term is None:
+            return 0  # stopped while standby
+        engine = Engine(
+            self._store, self._config.persister, term,
+            on_release=self._released, on_fail=self._failed,
+        )
+        self._engine = engine
+        return await self._serve(engine, term)
+
+    def on_signal(self) -> None:
+        # The drain travels the ring as Shutdown; a signal only bounds how long we wait.
+        asyncio.get_running_loop().call_later(self._config.drain_timeout_s, self._stop.set)
+        if self._term is None:
+            self._stop.set()
+
+    def promote(self) -> None:
+        self._promote.set()
+
+    async def _lead(self) -> OpenedTerm | None:
+        leader_id = new_leader_id(self._config.pod_name)
+        while True:
+            try:
+                claimed = await claim(
+                    self._store, leader_id=leader_id, pod_name=self._config.pod_name,
+                    config=self._config.persister,
+                )
+                break
+            except LostClaim as e:
+                self.health.set(False, f"standby: {e}")
+                if not await self._wait_for_promotion():
+                    return None
+        self.health.set(False, f"recovering term {claimed.term}")
+        term = await open_term(self._store, claimed, self._config.persister)
+        self._term = term
+        self._committed = term.last_version
+        self._cell.write(term.last_version)
+        COMMITTED.set(term.last_version)
+        TERM.set(term.term)
+        log.info("leading term %d as %s from version %d", term.term, leader_id, term.last_version + 1)
+        return term
+
+    async def _wait_for_promotion(self) -> bool:
+        promote = asyncio.create_task(self._promote.wait())
+        stop = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({promote, stop}, return_when=asyncio.FIRST_COMPLETED)
+        promote.cancel()
+        stop.cancel()
+        self._promote.clear()
+        return not self._stop.is_set()
+
+    async def _serve(self, engine: Engine, term: OpenedTerm) -> int:
+        self.health.set(False, "announcing the term on the ring")
+        await self._broadcast([TermStart(term.term, term.leader_id, term.last_version + 1, term.last_version)])
+        sender = asyncio.create_task(self._send_outgoing())
+        reader = asyncio.create_task(self._read(engine))
+        stop = asyncio.create_task(self._stop.wait())
+        failed = asyncio.create_task(engine.failed.wait())
+        await asyncio.wait({reader, stop, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (stop, failed):
+            task.cancel()
+        if reader.done():
+            code = reader.result()
+        else:
+            reader.cancel()
+            if engine.failure is None:
+                log.warning("persister: drain timed out")
+            code = 1
+        if engine.failure is not None:
+            await self._broadcast([LeaderLost(str(engine.failure))])
+        sender.cancel()
+        return code
+
+    async def _read(self, engine: Engine) -> int:
+        while True:
+            entries = [e for frame in await self._inbox.receive() for e in decode_batch(frame)]
+            if any(isinstance(e, TermStart) for e in entries):
+                self.health.set(True, "leading")
+            work = [e for e in entries if not isinstance(e, (TermStart, Shutdown))]
+            if work:
+                engine.submit(work)
+            if engine.failure is not None:
+                return 1
+            if any(isinstance(e, Shutdown) for e in entries):
+                await engine.drain()
+                await self._broadcast([Shutdown()])
+                return 1 if engine.failure is not None else 0
+            IN_FLIGHT.set(engine.in_flight)
+            await engine.wait_for_capacity()
+
+    # Answers
+
+    def _released(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            if slot.number is not None:
+                self._committed = slot.last_version
+                BATCHES.inc()
+            for entry in slot.riders:
+                reply = self._answers.reply(entry, self._committed)
+                if reply is not None and isinstance(entry, (CommitEntry, StatusEntry)):
+                    self._outgoing[entry.origin].append(reply)
+        # Raise the shared version before any answer leaves (see weaseldb.versioncell).
+        self._cell.write(self._committed)
+        COMMITTED.set(self._committed)
+        self._outgoing_ready.set()
+
+    def _failed(self, entries: list[RingEntry], error: BaseException) -> None:
+        for entry in entries:
+            if isinstance(entry, CommitEntry):
+                self._outgoing[entry.origin].append(Answers.not_leader(entry))
+        self._outgoing_ready.set()
+
+    async def _send_outgoing(self) -> None:
+        """The only sender of answers, so each worker gets them in release order."""
+        while True:
+            await self._outgoing_ready.wait()
+            self._outgoing_ready.clear()
+            await self._flush_outgoing()
+
+    async def _flush_outgoing(self) -> None:
+        if self._term is None:
+            return
+        outgoing, self._outgoing = self._outgoing, defaultdict(list)
+        if self._engine is not None:
+            PUTS.inc(self._engine.puts - self._puts_counted)
+            self._puts_counted = self._engine.puts
+        progress = Progress(self._committed, self._term.leader_id, self._term.term)
+        for worker, outbox in enumerate(self._gateways):
+            await outbox.send(encode_batch([progress, *outgoing.get(worker, [])]))
+
+    async def _broadcast(self, messages: list[GatewayMessage]) -> None:
+        await self._flush_outgoing()
+        for outbox in self._gateways:
+            await outbox.send(encode_batch(messages))
+
+
+def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
+    stage = PersisterStage(config, ring, store)
+    app = stage_app("persister", stage.health)
+
+    @app.post("/promote", tags=["operations"], summary="Let a standby claim the next term")
+    async def promote() -> dict[str, str]:
+        stage.promote()
+        return {"status": "promoting"}
+
+    return stage, app

@@ -1,0 +1,222 @@
+"""The persister's write loop, with no transport: batching, in-flight limit, retries,
+fencing on 412, ordered release and drain (storage.md, "Writing batches").
+
+- A batch closes when it reaches `batch_size_threshold` bytes, or `batch_timeout_ms` after
+  its first entry; with nothing in flight the first available work goes out at once.
+- At most `max_in_flight_requests` PUTs are in flight; a batch in retry backoff still
+  counts, so a failing store slows the pipeline down instead of queueing without bound.
+- A 412 on our number means someone else owns it: our own batch (a retried PUT that had
+  landed) is success; a newer term means we are deposed; an older term cannot happen after
+  the fence run and is treated as fatal rather than silently renumbered.
+- Any fatal error stops the engine: `failure` is set and every unreleased entry is handed to
+  `on_fail` so the caller answers `not_leader` and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from weaseldb import batchfile, layout, recovery
+from weaseldb.batchfile import Transaction
+from weaseldb.blobstore import AlreadyExists, BlobStore
+from weaseldb.config import PersisterConfig
+from weaseldb.protocol import CommitEntry, CommitState, RingEntry, RangeDelete, Write
+from weaseldb.types import Deposed, WeaselError
+
+from services.persister.leadership import OpenedTerm, now_ms, with_retries
+from services.persister.release import OrderedRelease, Slot
+
+log = logging.getLogger("weaseldb.persister")
+
+ReleaseHandler = Callable[[list[Slot]], None]
+FailHandler = Callable[[list[RingEntry], BaseException], None]
+
+
+def _encoded_size(entry: CommitEntry) -> int:
+    size = 32 + len(entry.request_id)
+    for op in entry.operations:
+        if isinstance(op, Write):
+            size += len(op.key) + len(op.value) + 8
+        elif isinstance(op, RangeDelete):
+            size += len(op.begin) + len(op.end) + 8
+        else:
+            size += len(op.key) + 4
+    return size
+
+
+class Engine:
+    def __init__(
+        self,
+        store: BlobStore,
+        config: PersisterConfig,
+        term: OpenedTerm,
+        *,
+        on_release: ReleaseHandler,
+        on_fail: FailHandler,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._term = term
+        self._on_release = on_release
+        self._on_fail = on_fail
+        self._next_number = term.next_number
+        self._last_version = term.last_version  # last version handed to a batch
+        self._release = OrderedRelease()
+        self._pending: list[Transaction] = []
+        self._riders: list[RingEntry] = []
+        self._pending_bytes = 0
+        self._in_flight = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._capacity = asyncio.Event()
+        self._capacity.set()
+        self.failure: BaseException | None = None
+        self.failed = asyncio.Event()
+        self.puts = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def unreleased(self) -> int:
+        return len(self._release)
+
+    def submit(self, entries: list[RingEntry]) -> None:
+        """Take one ring batch of resolved entries."""
+        if self.failure is not None:
+            self._on_fail(entries, self.failure)
+            return
+        for entry in entries:
+            if isinstance(entry, CommitEntry) and entry.state is CommitState.ACCEPTED:
+                self._pending.append(
+                    Transaction(entry.version, entry.request_id, entry.timestamp_ms, entry.operations)
+                )
+                self._pending_bytes += _encoded_size(entry)
+                self._last_version = entry.version
+            self._riders.append(entry)
+        self._maybe_flush()
+
+    async def wait_for_capacity(self) -> None:
+        """Block the caller while the in-flight limit is reached and a full batch waits."""
+        await self._capacity.wait()
+
+    async def drain(self) -> None:
+        """Send whatever is open and wait until every batch is released (or failed)."""
+        self._due = True
+        self._maybe_flush()
+        await self._idle.wait()
+
+    # Batching
+
+    def _maybe_flush(self) -> None:
+        if not self._riders or self.failure is not None:
+            return
+        if not self._pending:
+            self._flush()  # answers only: nothing to write, release in order
+        elif self._in_flight == 0 or self._due or self._pending_bytes >= self._config.batch_size_threshold:
+            if self._in_flight < self._config.max_in_flight_requests:
+                self._flush()
+            else:
+                self._due = True
+                self._capacity.clear()
+        elif self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._config.batch_timeout_ms / 1000, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._due = True
+        self._maybe_flush()
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._due = False
+        self._idle.clear()
+        transactions, riders = self._pending, self._riders
+        self._pending, self._riders, self._pending_bytes = [], [], 0
+        if not transactions:
+            slot = Slot(None, self._last_version, riders)
+            self._release.open(slot)
+            self._completed(slot)
+            return
+        number = self._next_number
+        self._next_number -= 1
+        slot = Slot(number, transactions[-1].version, riders)
+        self._release.open(slot)
+        batch = batchfile.Batch(
+            format=batchfile.FORMAT_VERSION, batch=number, term=self._term.term,
+            leader_id=self._term.leader_id, first_version=transactions[0].version,
+            last_version=slot.last_version, created_at_ms=now_ms(), transactions=transactions,
+        )
+        self._in_flight += 1
+        task = asyncio.create_task(self._write(slot, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # Writing
+
+    async def _write(self, slot: Slot, batch: batchfile.Batch) -> None:
+        key = layout.batch_key(batch.batch)
+        data = batchfile.encode(batch)
+
+        async def put() -> None:
+            slot.attempts += 1
+            self.puts += 1
+            await self._store.put_if_absent(key, data)
+
+        try:
+            try:
+                await with_retries(put, self._config, key)
+            except AlreadyExists:
+                await self._check_taken(batch)
+        except BaseException as e:  # noqa: BLE001 - any failure here ends leadership
+            self._in_flight -= 1
+            self._fail(e)
+            return
+        self._in_flight -= 1
+        self._completed(slot)
+
+    async def _check_taken(self, mine: batchfile.Batch) -> None:
+        found = await with_retries(
+            lambda: recovery.read_batch(self._store, mine.batch), self._config, "read taken batch"
+        )
+        if found.term == mine.term and found.first_version == mine.first_version:
+            return  # our own PUT landed before its answer was lost
+        if layout.is_newer_term(found.term, mine.term):
+            raise Deposed(f"batch {mine.batch} belongs to newer term {found.term}")
+        raise WeaselError(
+            f"batch {mine.batch} was taken by older term {found.term} after our fence; "
+            "refusing to renumber (version order would break)"
+        )
+
+    def _completed(self, slot: Slot) -> None:
+        released = self._release.mark_durable(slot)
+        if released:
+            self._on_release(released)
+        if self._in_flight < self._config.max_in_flight_requests:
+            self._capacity.set()
+        if self._riders:
+            self._maybe_flush()
+        if not len(self._release) and not self._riders:
+            self._idle.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            log.error("persister stops leading: %s", error)
+            self.failure = error
+            self.failed.set()
+        entries = [e for slot in self._release.unreleased() for e in slot.riders] + self._riders
+        self._release = OrderedRelease()
+        self._pending, self._riders = [], []
+        self._capacity.set()
+        if entries:
+            self._on_fail(entries, error)
+        self._idle.set()

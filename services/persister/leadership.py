@@ -1,0 +1,137 @@
+"""Claiming a term and opening it (storage.md, "Terms and fencing").
+
+1. `claim`: LIST one key of `terms/` for the newest term T, create `terms/{T-1}`
+   create-only. Losing that race makes this process a standby (`LostClaim`).
+2. `open_term`: after recovery, write the empty opening batch at the first gap. A number
+   already taken by an older term is skipped; that batch is still valid and raises the
+   starting version. A newer term there means this leader was deposed before it began.
+3. Then fill the next FENCE_LENGTH numbers with empty fence batches. A deposed leader can
+   only still be writing inside that window, so data batches never collide with its late
+   writes and never need renumbering (which would break version order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import orjson
+
+from weaseldb import batchfile, layout, recovery
+from weaseldb.batchfile import BatchKind
+from weaseldb.blobstore import AlreadyExists, BlobStore, TransientError
+from weaseldb.config import PersisterConfig
+from weaseldb.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
+
+T = TypeVar("T")
+
+
+class LostClaim(NotLeader):
+    """Another candidate claimed the term first: this process set is a standby."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    term: int
+    prior_term: int | None
+    leader_id: str
+
+
+@dataclass(frozen=True)
+class OpenedTerm:
+    term: int
+    leader_id: str
+    opening_batch: int
+    next_number: int  # where the first data batch goes
+    last_version: int  # versions of this term start right after it
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def with_retries(
+    action: Callable[[], Awaitable[T]], config: PersisterConfig, what: str
+) -> T:
+    """Run `action`, retrying transient store errors with exponential backoff from
+    `retry_base_delay_ms`, `max_retry_attempts` times; then raise StoreUnavailable."""
+    attempt = 0
+    while True:
+        try:
+            return await action()
+        except TransientError as e:
+            attempt += 1
+            if attempt > config.max_retry_attempts:
+                raise StoreUnavailable(f"{what}: gave up after {attempt} attempts: {e}") from e
+            await asyncio.sleep(config.retry_base_delay_ms / 1000 * 2 ** (attempt - 1))
+
+
+async def claim(store: BlobStore, *, leader_id: str, pod_name: str, config: PersisterConfig) -> Claim:
+    prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
+    term = NUMBER_TOP if prior is None else prior - 1
+    body = orjson.dumps(
+        {"term": term, "leader_id": leader_id, "pod": pod_name, "started_at_ms": now_ms()}
+    )
+    try:
+        await with_retries(
+            lambda: store.put_if_absent(layout.term_key(term), body), config, "claim term"
+        )
+    except AlreadyExists:
+        raise LostClaim(f"term {term} was claimed by another candidate") from None
+    return Claim(term, prior, leader_id)
+
+
+async def open_term(store: BlobStore, claimed: Claim, config: PersisterConfig) -> OpenedTerm:
+    found = await with_retries(
+        lambda: recovery.recover(store, prior_term=claimed.prior_term), config, "recover"
+    )
+    number, last_version, newest = found.next_number, found.last_version, found.newest_term
+    while True:
+        opening = batchfile.empty_batch(
+            number=number, term=claimed.term, leader_id=claimed.leader_id,
+            last_version=last_version, now_ms=now_ms(), kind=BatchKind.OPENING,
+        )
+        taken = await _put_or_read(store, opening, config)
+        if taken is None or taken.term == claimed.term:
+            break
+        if layout.is_newer_term(taken.term, claimed.term):
+            raise Deposed(f"term {taken.term} wrote batch {number} before our opening")
+        if newest is None or not layout.is_newer_term(newest, taken.term):
+            last_version, newest = max(last_version, taken.last_version), taken.term
+        number -= 1
+    await _fence(store, claimed, opening, config)
+    return OpenedTerm(claimed.term, claimed.leader_id, number, number - recovery.FENCE_LENGTH - 1, last_version)
+
+
+async def _put_or_read(
+    store: BlobStore, batch: batchfile.Batch, config: PersisterConfig
+) -> batchfile.Batch | None:
+    """Create the batch; None when it landed, else the batch already at that number."""
+    key = layout.batch_key(batch.batch)
+    try:
+        await with_retries(lambda: store.put_if_absent(key, batchfile.encode(batch)), config, key)
+        return None
+    except AlreadyExists:
+        return await with_retries(lambda: recovery.read_batch(store, batch.batch), config, key)
+
+
+async def _fence(
+    store: BlobStore, claimed: Claim, opening: batchfile.Batch, config: PersisterConfig
+) -> None:
+    limit = asyncio.Semaphore(config.max_in_flight_requests)
+
+    async def fence_one(number: int) -> None:
+        fence = batchfile.empty_batch(
+            number=number, term=claimed.term, leader_id=claimed.leader_id,
+            last_version=opening.last_version, now_ms=opening.created_at_ms, kind=BatchKind.FENCE,
+        )
+        async with limit:
+            taken = await _put_or_read(store, fence, config)
+        if taken is not None and layout.is_newer_term(taken.term, claimed.term):
+            raise Deposed(f"term {taken.term} wrote batch {number} inside our fence")
+
+    numbers = range(opening.batch - 1, opening.batch - recovery.FENCE_LENGTH - 1, -1)
+    await asyncio.gather(*(fence_one(n) for n in numbers))

@@ -1,0 +1,44 @@
+"""Ordered release: a batch's answers go out only after every older batch is durable.
+
+Batches may complete (and be retried) in any order; `OrderedRelease` hands them back in
+the order they were opened. A slot with no number carries only answers (rejected commits,
+status lookups) and is durable at once, but still waits for the slots before it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from weaseldb.protocol import RingEntry
+
+
+@dataclass(eq=False)
+class Slot:
+    number: int | None  # the batch number, or None when nothing is written
+    last_version: int  # last version of the log once this slot is durable
+    riders: list[RingEntry] = field(default_factory=list)
+    durable: bool = False
+    attempts: int = 0
+
+
+class OrderedRelease:
+    def __init__(self) -> None:
+        self._slots: deque[Slot] = deque()
+
+    def open(self, slot: Slot) -> None:
+        self._slots.append(slot)
+
+    def mark_durable(self, slot: Slot) -> list[Slot]:
+        """Record `slot` as durable; return every slot now releasable, oldest first."""
+        slot.durable = True
+        released = []
+        while self._slots and self._slots[0].durable:
+            released.append(self._slots.popleft())
+        return released
+
+    def unreleased(self) -> list[Slot]:
+        return list(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)

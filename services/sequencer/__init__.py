@@ -1,0 +1,1 @@
+"""Sequencer: the only place versions are assigned and request ids are banned."""

@@ -1,0 +1,99 @@
+"""One contract for every blob store. The S3 store runs the same suite against MinIO
+(tests/integration/test_s3_store.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from weaseldb import layout
+from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound
+from weaseldb.blobstore.directory import DirectoryStore
+from weaseldb.blobstore.memory import MemoryStore
+
+
+@pytest.fixture(params=["memory", "dir"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
+    yield MemoryStore() if request.param == "memory" else DirectoryStore(tmp_path / "store")
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_put_if_absent_is_create_only(store: BlobStore) -> None:
+    async def scenario() -> None:
+        await store.put_if_absent("batches/00000000000000000009", b"first")
+        with pytest.raises(AlreadyExists):
+            await store.put_if_absent("batches/00000000000000000009", b"second")
+        assert await store.get("batches/00000000000000000009") == b"first"
+
+    run(scenario())
+
+
+def test_get_missing_is_not_found(store: BlobStore) -> None:
+    with pytest.raises(NotFound):
+        run(store.get("batches/00000000000000000001"))
+
+
+def test_list_is_ascending_newest_batch_first_with_limit_and_start_after(store: BlobStore) -> None:
+    numbers = [2**64 - 1, 2**64 - 2, 5000, 4999, 10_000_000]
+
+    async def scenario() -> None:
+        for n in numbers:
+            await store.put_if_absent(layout.batch_key(n), b"x")
+        await store.put_if_absent(layout.term_key(7), b"t")
+        listed = await store.list(layout.BATCHES)
+        assert listed == [layout.batch_key(n) for n in sorted(numbers)]
+        assert await store.list(layout.BATCHES, limit=2) == listed[:2]
+        assert await store.list(layout.BATCHES, start_after=listed[1]) == listed[2:]
+        assert await store.list(layout.TERMS) == [layout.term_key(7)]
+        assert await store.list("nothing/") == []
+
+    run(scenario())
+
+
+def test_put_overwrites_and_delete_removes(store: BlobStore) -> None:
+    async def scenario() -> None:
+        await store.put("retention/p1", b"a")
+        await store.put("retention/p1", b"b")
+        assert await store.get("retention/p1") == b"b"
+        await store.delete("retention/p1")
+        await store.delete("retention/p1")  # deleting twice is fine
+        assert await store.list("retention/") == []
+
+    run(scenario())
+
+
+def test_snapshot_keys_sort_like_s3(store: BlobStore) -> None:
+    keys = ["snapshots/00000000000000000123.manifest", "snapshots/00000000000000000123/part-0"]
+
+    async def scenario() -> None:
+        for key in reversed(keys):
+            await store.put_if_absent(key, b"x")
+        assert await store.list("snapshots/") == sorted(keys)
+
+    run(scenario())
+
+
+def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path) -> None:
+    """Numbered keys live in directories of at most 10,000 (by their last four digits), so a
+    listing must walk directory boundaries in key order. 2**64-1 ends in 1615: 1700 batches
+    counting down from it span two leaf directories."""
+    store = DirectoryStore(tmp_path)
+    top = 2**64 - 1
+    numbers = [top - i for i in range(1700)]
+
+    async def scenario() -> None:
+        for n in numbers:
+            await store.put_if_absent(layout.batch_key(n), b"")
+        listed = await store.list(layout.BATCHES, limit=1000)
+        assert listed == [layout.batch_key(n) for n in sorted(numbers)[:1000]]
+        after = await store.list(layout.BATCHES, start_after=listed[-1], limit=1000)
+        assert after == [layout.batch_key(n) for n in sorted(numbers)[1000:]]
+
+    run(scenario())
+    assert len(list((tmp_path / "batches").iterdir())) == 2

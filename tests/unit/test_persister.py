@@ -1,0 +1,283 @@
+"""The persister's leadership and write engine against an in-memory store (no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from services.persister.engine import Engine
+from services.persister.leadership import Claim, LostClaim, OpenedTerm, claim, open_term
+from services.persister.release import Slot
+from tests.support.faults import FaultyStore, fail_times
+from weaseldb import batchfile, layout, recovery
+from weaseldb.batchfile import BatchKind
+from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.config import PersisterConfig
+from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.types import NUMBER_TOP, Deposed, StoreUnavailable
+
+FAST = PersisterConfig(retry_base_delay_ms=1, batch_timeout_ms=1, max_in_flight_requests=5)
+TOP = NUMBER_TOP
+
+
+def run(coro: Awaitable[object]) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def lead(store: BlobStore, name: str = "a", config: PersisterConfig = FAST) -> OpenedTerm:
+    claimed = await claim(store, leader_id=name, pod_name=name, config=config)
+    return await open_term(store, claimed, config)
+
+
+def accepted(version: int, key: bytes = b"k") -> CommitEntry:
+    entry = CommitEntry(0, version, f"req-{version:016d}", [], [Write(key, b"v%d" % version)])
+    entry.state, entry.version = CommitState.ACCEPTED, version
+    return entry
+
+
+class Harness:
+    def __init__(self, store: BlobStore, term: OpenedTerm, config: PersisterConfig = FAST) -> None:
+        self.released: list[Slot] = []
+        self.failed: list[tuple[list[RingEntry], BaseException]] = []
+        self.engine = Engine(
+            store, config, term,
+            on_release=self.released.extend,
+            on_fail=lambda entries, error: self.failed.append((entries, error)),
+        )
+
+    def released_versions(self) -> list[int]:
+        return [e.version for s in self.released for e in s.riders if isinstance(e, CommitEntry)]
+
+
+async def write_versions(store: BlobStore, term: OpenedTerm, versions: list[int]) -> Harness:
+    harness = Harness(store, term)
+    for v in versions:
+        harness.engine.submit([accepted(v)])
+        await harness.engine.wait_for_capacity()
+    await harness.engine.drain()
+    return harness
+
+
+# Claims and opening
+
+
+def test_first_leader_opens_at_the_top_and_fences_the_next_999() -> None:
+    store = MemoryStore()
+    term = run(lead(store))
+    assert isinstance(term, OpenedTerm)
+    assert (term.term, term.opening_batch, term.last_version) == (TOP, TOP, 0)
+    assert term.next_number == TOP - 1000
+    kinds = [batchfile.decode(store.objects[layout.batch_key(TOP - i)]).kind for i in range(1000)]
+    assert kinds[0] == BatchKind.OPENING and set(kinds[1:]) == {BatchKind.FENCE}
+
+
+def test_concurrent_candidates_one_wins_the_claim() -> None:
+    store = FaultyStore()
+
+    async def both() -> list[object]:
+        return await asyncio.gather(
+            claim(store, leader_id="a", pod_name="a", config=FAST),
+            claim(store, leader_id="b", pod_name="b", config=FAST),
+            return_exceptions=True,
+        )
+
+    results = run(both())
+    assert isinstance(results, list)
+    assert sum(isinstance(r, Claim) for r in results) == 1
+    assert sum(isinstance(r, LostClaim) for r in results) == 1
+
+
+def test_next_leader_continues_versions_and_numbers_after_recovery() -> None:
+    store = MemoryStore()
+
+    async def scenario() -> tuple[OpenedTerm, OpenedTerm, int]:
+        first = await lead(store, "a")
+        harness = await write_versions(store, first, [1, 2, 3])
+        return first, await lead(store, "b"), len(harness.released)
+
+    first, second, data_batches = run(scenario())  # type: ignore[misc]
+    assert second.term == first.term - 1
+    assert second.last_version == 3
+    assert second.opening_batch == first.next_number - data_batches  # right after the data
+
+
+def test_opening_skips_numbers_taken_late_by_the_old_term_and_counts_their_versions() -> None:
+    """The old leader lands a batch at the number the new leader wanted: it is still valid
+    (no newer term before it), so the new term must start after its versions."""
+    inner = MemoryStore()
+
+    async def scenario() -> OpenedTerm:
+        old = await lead(inner, "old")
+        await write_versions(inner, old, [1, 2])
+        late = batchfile.Batch(
+            format=1, batch=old.next_number - 2, term=old.term, leader_id="old",
+            first_version=3, last_version=7, created_at_ms=0,
+            transactions=[batchfile.Transaction(v, f"late-{v:016d}", 0, []) for v in range(3, 8)],
+        )
+
+        async def land_late_write(op: str, key: str) -> None:
+            if op == "put_if_absent" and key == layout.batch_key(late.batch) and key not in inner.objects:
+                await inner.put_if_absent(key, batchfile.encode(late))
+
+        return await lead(FaultyStore(inner, land_late_write), "new")
+
+    new = run(scenario())
+    assert isinstance(new, OpenedTerm)
+    assert new.last_version == 7
+    assert batchfile.decode(inner.objects[layout.batch_key(new.opening_batch)]).term == new.term
+
+
+def test_watermark_in_a_void_run_uses_the_last_valid_version() -> None:
+    """Old-term batches after a newer term's batch are void: recovery must not count them."""
+    store = MemoryStore()
+
+    async def scenario() -> recovery.Recovered:
+        await store.put_if_absent(layout.term_key(TOP), b"{}")
+        await store.put_if_absent(layout.term_key(TOP - 1), b"{}")
+        batches = [(TOP, TOP, 5), (TOP - 1, TOP - 1, 9), (TOP - 2, TOP, 6), (TOP - 3, TOP, 7)]
+        for number, term, last in batches:
+            b = batchfile.empty_batch(number=number, term=term, leader_id="x", last_version=last,
+                                      now_ms=0, kind=BatchKind.DATA)
+            await store.put_if_absent(layout.batch_key(number), batchfile.encode(b))
+        await store.put_if_absent(layout.term_key(TOP - 2), b"{}")  # a third candidate
+        return await recovery.recover(store, prior_term=TOP - 2)
+
+    found = run(scenario())
+    assert isinstance(found, recovery.Recovered)
+    assert (found.watermark, found.last_version, found.newest_term) == (TOP - 3, 9, TOP - 1)
+
+
+# The write engine
+
+
+def test_batches_are_released_in_order_even_when_they_land_out_of_order() -> None:
+    store_inner = MemoryStore()
+    gate = asyncio.Event()
+
+    async def hold_first_batch(op: str, key: str) -> None:
+        if op == "put_if_absent" and key == layout.batch_key(TOP - 1000):
+            await gate.wait()
+
+    async def scenario() -> Harness:
+        term = await lead(store_inner)
+        harness = Harness(FaultyStore(store_inner, hold_first_batch), term)
+        for v in (1, 2, 3):
+            harness.engine.submit([accepted(v)])
+            await asyncio.sleep(0.01)  # let each batch go out on its own
+        assert harness.released == []  # 2 and 3 are durable but wait for 1
+        gate.set()
+        await harness.engine.drain()
+        return harness
+
+    harness = run(scenario())
+    assert isinstance(harness, Harness)
+    assert harness.released_versions() == [1, 2, 3]
+    assert [s.number for s in harness.released] == [TOP - 1000, TOP - 1001, TOP - 1002]
+
+
+def test_transient_failures_are_retried_then_succeed() -> None:
+    async def scenario() -> Harness:
+        inner = MemoryStore()
+        term = await lead(inner)
+        harness = Harness(FaultyStore(inner, fail_times(2)), term)
+        harness.engine.submit([accepted(1)])
+        await harness.engine.drain()
+        return harness
+
+    harness = run(scenario())
+    assert isinstance(harness, Harness)
+    assert harness.released_versions() == [1] and harness.failed == []
+    assert harness.released[0].attempts == 3
+
+
+def test_retries_exhausted_fail_every_unreleased_entry() -> None:
+    async def scenario() -> Harness:
+        inner = MemoryStore()
+        term = await lead(inner)
+        harness = Harness(FaultyStore(inner, fail_times(100)), term)
+        harness.engine.submit([accepted(1), accepted(2)])
+        await harness.engine.drain()
+        return harness
+
+    harness = run(scenario())
+    assert isinstance(harness, Harness)
+    assert harness.released == []
+    (entries, error), = harness.failed
+    assert isinstance(error, StoreUnavailable)
+    assert sorted(e.version for e in entries if isinstance(e, CommitEntry)) == [1, 2]
+
+
+def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
+    async def scenario() -> Harness:
+        inner = MemoryStore()
+        term = await lead(inner)
+        lost = [True]
+
+        async def store_then_fail(op: str, key: str) -> None:
+            if op == "put_if_absent" and key == layout.batch_key(term.next_number) and lost[0]:
+                lost[0] = False
+                raise_after = key
+                await inner.put_if_absent(raise_after, _encoded(term, 1))
+                from weaseldb.blobstore import TransientError
+
+                raise TransientError("connection reset after the object was stored")
+
+        harness = Harness(FaultyStore(inner, store_then_fail), term)
+        harness.engine.submit([accepted(1)])
+        await harness.engine.drain()
+        return harness
+
+    harness = run(scenario())
+    assert isinstance(harness, Harness)
+    assert harness.failed == [] and harness.released_versions() == [1]
+
+
+def _encoded(term: OpenedTerm, version: int) -> bytes:
+    return batchfile.encode(batchfile.Batch(
+        format=1, batch=term.next_number, term=term.term, leader_id=term.leader_id,
+        first_version=version, last_version=version, created_at_ms=0,
+        transactions=[batchfile.Transaction(version, f"req-{version:016d}", 0, [Write(b"k", b"v")])],
+    ))
+
+
+def test_a_newer_term_at_our_number_deposes_the_leader() -> None:
+    async def scenario() -> tuple[Harness, OpenedTerm]:
+        store = MemoryStore()
+        old = await lead(store, "old")
+        new = await lead(store, "new")  # opens right after the old leader's fence
+        harness = Harness(store, old)
+        harness.engine.submit([accepted(1)])  # old writes at its next number: inside new's range
+        await harness.engine.drain()
+        return harness, new
+
+    result = run(scenario())
+    harness, new = result  # type: ignore[misc]
+    (entries, error), = harness.failed
+    assert isinstance(error, Deposed)
+    assert [e.version for e in entries if isinstance(e, CommitEntry)] == [1]
+    assert harness.released == []
+
+
+def test_size_threshold_and_in_flight_limit_bound_the_batches() -> None:
+    config = PersisterConfig(
+        retry_base_delay_ms=1, batch_timeout_ms=50, batch_size_threshold=200, max_in_flight_requests=2
+    )
+
+    async def scenario() -> Harness:
+        store = MemoryStore()
+        term = await lead(store, config=config)
+        harness = Harness(store, term, config)
+        for v in range(1, 41):
+            harness.engine.submit([accepted(v, key=b"x" * 50)])
+            await harness.engine.wait_for_capacity()
+            assert harness.engine.in_flight <= 2
+        await harness.engine.drain()
+        return harness
+
+    harness = run(scenario())
+    assert isinstance(harness, Harness)
+    assert harness.released_versions() == list(range(1, 41))
+    assert 1 < len(harness.released) < 40  # batched, but the threshold closed batches early

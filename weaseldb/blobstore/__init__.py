@@ -1,0 +1,70 @@
+"""The storage seam: one async interface, three implementations (s3, dir, memory).
+
+Every implementation honours the same contract, checked by one shared test suite:
+- `put_if_absent` is create-only: it either stores the whole object durably or raises
+  `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`.
+- `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+
+class BlobError(Exception):
+    pass
+
+
+class AlreadyExists(BlobError):
+    """The key exists (HTTP 412 on a conditional PUT)."""
+
+
+class NotFound(BlobError):
+    pass
+
+
+class TransientError(BlobError):
+    """Retryable: 409 ConditionalRequestConflict, 5xx, timeouts, connection errors."""
+
+
+class BlobStore(Protocol):
+    async def put_if_absent(self, key: str, data: bytes) -> None: ...
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Unconditional overwrite; used only for mutable documents (retention policies)."""
+        ...
+
+    async def get(self, key: str) -> bytes: ...
+
+    async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def open_store(url: str, *, pool_size: int = 100) -> BlobStore:
+    """Build a store from its URL: ``dir:PATH``, ``memory:`` or
+    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
+    if url.startswith("dir:"):
+        from weaseldb.blobstore.directory import DirectoryStore
+
+        return DirectoryStore(url.removeprefix("dir:"))
+    if url.startswith("memory:"):
+        from weaseldb.blobstore.memory import MemoryStore
+
+        return MemoryStore()
+    if url.startswith("s3://"):
+        from weaseldb.blobstore.s3 import S3Store
+
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        return S3Store(
+            bucket=parts.netloc,
+            prefix=parts.path.strip("/"),
+            endpoint=query.get("endpoint"),
+            region=query.get("region", "us-east-1"),
+            pool_size=pool_size,
+        )
+    raise ValueError(f"store: unknown store URL {url!r} (use dir:PATH or s3://BUCKET/PREFIX)")

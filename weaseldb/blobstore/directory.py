@@ -1,0 +1,175 @@
+"""Local-directory store: the embedded single-machine default.
+
+Create-only writes have the same meaning as S3's `If-None-Match: *`: the data goes to a
+temporary file that is fsynced, then hard-linked to its final name (the link fails if the
+name exists, so a reader never sees a partial object), then the directory is fsynced.
+
+A key whose last part is a 20-digit number (batches, terms) is stored as
+``DDDDDDDDDDDDDDDD/DDDD`` so that no directory holds more than 10,000 of them; listing
+walks directories lazily in key order, so a LIST of 1000 keys costs the same with ten
+batches or a million.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import os
+import tempfile
+from pathlib import Path
+
+from weaseldb.blobstore import AlreadyExists, NotFound
+
+_SPLIT = 16
+
+
+def _is_number(name: str) -> bool:
+    return len(name) == 20 and name.isdigit()
+
+
+def _is_split_dir(name: str) -> bool:
+    return len(name) == _SPLIT and name.isdigit()
+
+
+class DirectoryStore:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"invalid key {key!r}")
+        head, _, last = key.rpartition("/")
+        if _is_number(last):
+            last = f"{last[:_SPLIT]}/{last[_SPLIT:]}"
+        return self.root / head / last if head else self.root / last
+
+    async def put_if_absent(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._put_if_absent, self._path(key), data)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._replace, self._path(key), data)
+
+    async def get(self, key: str) -> bytes:
+        return await asyncio.to_thread(self._read, self._path(key), key)
+
+    async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
+        return await asyncio.to_thread(self._list, prefix, start_after, limit)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self._delete, self._path(key))
+
+    async def close(self) -> None:
+        return None
+
+    # Blocking helpers, run in a worker thread.
+
+    @staticmethod
+    def _write_temp(path: Path, data: bytes) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return tmp
+
+    @staticmethod
+    def _fsync_dir(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _put_if_absent(self, path: Path, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise AlreadyExists(str(path)) from None
+        finally:
+            os.unlink(tmp)
+        self._fsync_dir(path.parent)
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        os.replace(tmp, path)
+        self._fsync_dir(path.parent)
+
+    @staticmethod
+    def _read(path: Path, key: str) -> bytes:
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(key) from None
+
+    def _delete(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._fsync_dir(path.parent)
+
+    def _list(self, prefix: str, start_after: str, limit: int) -> list[str]:
+        base, _, name_prefix = prefix.rpartition("/")
+        base_dir = self.root / base if base else self.root
+        key_base = f"{base}/" if base else ""
+        found: list[str] = []
+        for key in self._walk(base_dir, key_base, start_after):
+            if key.startswith(prefix):
+                found.append(key)
+                if len(found) >= limit:
+                    break
+            elif key[len(key_base) :] > name_prefix and not key.startswith(key_base + name_prefix):
+                break
+        return found
+
+    def _walk(self, directory: Path, key_base: str, start_after: str) -> "list[str] | _Walk":
+        return _Walk(directory, key_base, start_after)
+
+
+class _Walk:
+    """Yields the keys under a directory in ascending order, expanding subdirectories only
+    when the walk reaches them: a subdirectory's keys all start with its own key prefix, so
+    that prefix is a lower bound that keeps the heap in order."""
+
+    def __init__(self, directory: Path, key_base: str, start_after: str) -> None:
+        self._start_after = start_after
+        self._heap: list[tuple[str, Path | None]] = []
+        self._expand(directory, key_base)
+
+    def __iter__(self) -> "_Walk":
+        return self
+
+    def __next__(self) -> str:
+        while self._heap:
+            key, directory = heapq.heappop(self._heap)
+            if directory is None:
+                if key > self._start_after:
+                    return key
+            else:
+                self._expand(directory, key)
+        raise StopIteration
+
+    def _expand(self, directory: Path, key_prefix: str) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.name.startswith(".tmp-"):
+                continue
+            if entry.is_dir():
+                sub = key_prefix + entry.name if _is_split_dir(entry.name) else key_prefix + entry.name + "/"
+                if self._may_hold_keys_after(sub):
+                    heapq.heappush(self._heap, (sub, Path(entry.path)))
+            else:
+                heapq.heappush(self._heap, (key_prefix + entry.name, None))
+
+    def _may_hold_keys_after(self, sub_prefix: str) -> bool:
+        return sub_prefix >= self._start_after or self._start_after.startswith(sub_prefix)

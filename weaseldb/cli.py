@@ -1,0 +1,136 @@
+"""The `weaseldb` command.
+
+    weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
+    weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from weaseldb import config as config_module
+from weaseldb.config import Config, ConfigError
+
+STAGES = ("gateway", "sequencer", "resolver", "persister")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="weaseldb", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="run the four services in the foreground")
+    up.add_argument("--config", help="TOML or JSON configuration file")
+    up.add_argument("--data-dir", help="directory store (same as --store dir:DIR)")
+    up.add_argument("--store", help="dir:PATH or s3://BUCKET/PREFIX?endpoint=URL&region=R")
+    up.add_argument("--port", type=int, help="client port; the other services use the next three")
+    up.add_argument("--host", help="address to listen on")
+    up.add_argument("--run-dir", help="directory for the ring's sockets (keep it short)")
+    up.add_argument("--workers", type=int, help="gateway worker processes")
+
+    service = commands.add_parser("service", help="run one service (used by `up` and pods)")
+    service.add_argument("name", choices=STAGES)
+    service.add_argument("--config", required=True)
+    service.add_argument("--worker", type=int, default=0)
+    return parser
+
+
+def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if args.data_dir and args.store:
+        raise ConfigError("use either --data-dir or --store, not both")
+    if args.data_dir:
+        overrides["store"] = f"dir:{Path(args.data_dir).resolve()}"
+    if args.store:
+        overrides["store"] = args.store
+    if args.port is not None:
+        for offset, name in enumerate(STAGES[:1] + ("sequencer", "resolver", "persister")):
+            overrides[f"ports.{name}"] = args.port + offset if args.port else 0
+    for flag, key in (("host", "host"), ("run_dir", "run_dir"), ("workers", "gateway.workers")):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    return overrides
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from weaseldb.supervisor import ProcessSet
+
+    cfg = config_module.load(args.config, _up_overrides(args))
+    run_dir = Path(cfg.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = cfg.model_copy(update={"run_dir": str(run_dir)})
+    if cfg.store.startswith("dir:"):
+        Path(cfg.store.removeprefix("dir:")).mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.json"
+    config_path.write_text(cfg.model_dump_json(indent=2))
+    processes = ProcessSet(cfg, config_path)
+    processes.start()
+    print(f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True)
+    return processes.run()
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from weaseldb.service import configure_logging
+
+    cfg = config_module.load(args.config)
+    label = f"{args.name}-{args.worker}" if args.name == "gateway" else args.name
+    configure_logging(label)
+    uvloop.install()
+    return asyncio.run(_serve(args.name, cfg, args.worker))
+
+
+async def _serve(name: str, cfg: Config, worker: int) -> int:
+    from weaseldb.blobstore import open_store
+    from weaseldb.ring import Ring
+    from weaseldb.service import listening_socket, run_stage
+
+    ring = Ring()
+    store = None
+    port = getattr(cfg.ports, name)
+    if name == "gateway":
+        from services.gateway.app import build as build_gateway
+
+        stage, app = build_gateway(cfg, ring, worker)
+    elif name == "sequencer":
+        from services.sequencer.app import build as build_sequencer
+
+        stage, app = build_sequencer(cfg, ring)
+    elif name == "resolver":
+        from services.resolver.app import build as build_resolver
+
+        stage, app = build_resolver(cfg, ring)
+    else:
+        from services.persister.app import build as build_persister
+
+        store = open_store(cfg.store, pool_size=cfg.persister.target_pool_size)
+        stage, app = build_persister(cfg, ring, store)
+    sock = listening_socket(cfg.host, port, reuse_port=name == "gateway" and cfg.gateway.workers > 1)
+    label = f"{name}-{worker}" if name == "gateway" else name
+    try:
+        return await run_stage(label, stage, app, sock, cfg.run_dir)
+    finally:
+        if store is not None:
+            await store.close()
+        ring.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s weaseldb %(levelname)s %(message)s")
+    try:
+        if args.command == "up":
+            return cmd_up(args)
+        return cmd_service(args)
+    except ConfigError as e:
+        print(f"weaseldb: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Configuration for the whole process set, one section per stage.
+
+Every field has a docstring (it is the reference; docs/configuration.md is generated from
+it) and is validated at start; `load` turns a validation failure into a `ConfigError`
+whose message names the field, e.g. ``persister.max_in_flight_requests: ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from weaseldb.types import MAX_IN_FLIGHT_LIMIT
+
+MiB = 1024 * 1024
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class PersisterConfig(_Section):
+    batch_timeout_ms: float = Field(1.0, gt=0)
+    """How long a batch may collect transactions while other batches are in flight."""
+    batch_size_threshold: int = Field(MiB, gt=0)
+    """Encoded bytes of transactions that close a batch at once (the last one may exceed it)."""
+    max_in_flight_requests: int = Field(50, ge=1, le=MAX_IN_FLIGHT_LIMIT)
+    """Batch PUTs in flight, counting batches waiting in retry backoff. At most 1000, so that
+    recovery needs only one LIST."""
+    target_pool_size: int = Field(100, ge=1)
+    """Connections kept open to the object store."""
+    max_retry_attempts: int = Field(3, ge=0)
+    """Retries of a failed PUT before the leader gives up and exits (0 disables retries)."""
+    retry_base_delay_ms: float = Field(100.0, gt=0)
+    """First retry delay; each further retry doubles it."""
+    request_id_memory: int = Field(1_000_000, ge=1)
+    """Outcomes of this many recent commits are kept to answer retried request ids."""
+
+
+class ResolverConfig(_Section):
+    window_seconds: float = Field(5.0, gt=0)
+    """Writes are kept for conflict checks at least this long..."""
+    window_versions: int = Field(10_000_000, ge=1)
+    """...and at least this many versions, whichever keeps more."""
+
+
+class SequencerConfig(_Section):
+    request_id_memory: int = Field(1_000_000, ge=1)
+    """Request ids sequenced this term that are remembered, so a retried commit is answered
+    with its original outcome instead of being applied twice."""
+
+
+class GatewayConfig(_Section):
+    max_body_bytes: int = Field(MiB, ge=1024)
+    """Largest request body; larger ones get 413 too_large."""
+    max_key_bytes: int = Field(10 * 1024, ge=1)
+    """Largest key (and range bound) after base64 decoding."""
+    max_value_bytes: int = Field(100 * 1024, ge=0)
+    """Largest value after base64 decoding."""
+    max_items: int = Field(10_000, ge=1)
+    """Most operations plus preconditions in one commit."""
+    commit_timeout_s: float = Field(30.0, gt=0)
+    """A commit not answered by the pipeline in this time gets 503 not_leader (outcome unknown)."""
+    workers: int = Field(1, ge=1, le=64)
+    """Gateway worker processes sharing the client port."""
+
+
+class Ports(_Section):
+    gateway: int = Field(8080, ge=0, le=65535)
+    """Client API port."""
+    sequencer: int = Field(8081, ge=0, le=65535)
+    """Health and metrics port of the sequencer (0 picks a free one)."""
+    resolver: int = Field(8082, ge=0, le=65535)
+    """Health and metrics port of the resolver."""
+    persister: int = Field(8083, ge=0, le=65535)
+    """Health and metrics port of the persister."""
+
+
+class Config(_Section):
+    store: str = "dir:./data"
+    """Object store: ``dir:PATH`` (embedded default) or ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
+    run_dir: str = "./run"
+    """Directory for the ring's ipc:// sockets (keep the path short: Unix sockets allow ~107 bytes)."""
+    host: str = "127.0.0.1"
+    """Address every service listens on."""
+    ring: Literal["ipc", "tcp"] = "ipc"
+    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (ports = service port + 1000)."""
+    ports: Ports = Ports()
+    pod_name: str = ""
+    """Recorded in term claims (Kubernetes sets it from the pod name)."""
+    drain_timeout_s: float = Field(30.0, gt=0)
+    """How long a stopping service waits for in-flight work to drain."""
+    persister: PersisterConfig = PersisterConfig()
+    resolver: ResolverConfig = ResolverConfig()
+    sequencer: SequencerConfig = SequencerConfig()
+    gateway: GatewayConfig = GatewayConfig()
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending field."""
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(root)"
+        lines.append(f"{field}: {item['msg']}")
+    return "; ".join(lines)
+
+
+def build(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"invalid configuration: {_describe(e)}") from e
+
+
+def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a TOML or JSON file (or nothing), apply dotted-key overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        try:
+            data = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{path}: not valid {'JSON' if str(path).endswith('.json') else 'TOML'}: {e}") from e
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return build(data)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[leaf] = value

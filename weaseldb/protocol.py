@@ -1,0 +1,162 @@
+"""The ring's wire: every message that travels between the four stages.
+
+One module owns the messages. A commit travels as one `CommitEntry` that each stage fills in:
+the sequencer sets `version` (or marks it banned / duplicate), the resolver sets `conflicts`,
+the persister answers. Messages are msgspec structs encoded as compact msgpack arrays, and
+one ring message always carries a list of entries (`encode_batch` / `decode_batch`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class Write(msgspec.Struct, tag="w", array_like=True, frozen=True):
+    key: bytes
+    value: bytes
+
+
+class Delete(msgspec.Struct, tag="d", array_like=True, frozen=True):
+    key: bytes
+
+
+class RangeDelete(msgspec.Struct, tag="x", array_like=True, frozen=True):
+    begin: bytes
+    end: bytes
+
+
+Operation = Write | Delete | RangeDelete
+
+
+class PointRead(msgspec.Struct, tag="p", array_like=True, frozen=True):
+    key: bytes
+    version: int
+
+
+class RangeRead(msgspec.Struct, tag="r", array_like=True, frozen=True):
+    begin: bytes
+    end: bytes
+    version: int
+
+
+Precondition = PointRead | RangeRead
+
+
+class CommitState(enum.IntEnum):
+    """Where a commit stands; each stage may only move it forward."""
+
+    NEW = 0  # built by the gateway
+    SEQUENCED = 1  # has a version
+    BANNED = 2  # request id banned by a status lookup: never gets a version
+    DUPLICATE = 3  # request id already sequenced this term: answer with the original outcome
+    ACCEPTED = 4  # resolver: every precondition holds
+    REJECTED = 5  # resolver: `conflicts` says which preconditions failed
+    NOT_LEADER = 6  # arrived before a term started or after it ended: outcome is "not leader"
+
+
+class CommitEntry(msgspec.Struct, tag="c", array_like=True):
+    origin: int  # gateway worker that owns the client connection
+    ticket: int  # that worker's handle for the waiting request
+    request_id: str
+    preconditions: list[Precondition]
+    operations: list[Operation]
+    trace: str = ""  # W3C traceparent of the commit, so one commit is one trace
+    state: CommitState = CommitState.NEW
+    version: int = 0
+    timestamp_ms: int = 0  # set with the version
+    conflicts: list[tuple[int, str]] = []  # (precondition index, ConflictReason)
+
+
+class StatusEntry(msgspec.Struct, tag="s", array_like=True):
+    """A status lookup: banned in the sequencer, released once everything up to
+    `upper_bound` is resolved and durable or failed."""
+
+    origin: int
+    ticket: int
+    request_id: str
+    upper_bound: int = 0
+
+
+class TermStart(msgspec.Struct, tag="t", array_like=True):
+    """Sent by the persister once it leads a term; travels the whole ring so every stage
+    learns the leader and where versions start before any commit flows."""
+
+    term: int
+    leader_id: str
+    first_version: int  # the first version this term assigns
+    committed_version: int  # last durable version when the term opened
+
+
+class Shutdown(msgspec.Struct, tag="q", array_like=True):
+    """Drain and stop: each stage forwards it after everything before it."""
+
+
+RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown
+
+
+class CommitReply(msgspec.Struct, tag="C", array_like=True):
+    ticket: int
+    status: str  # Outcome, or "not_leader" when the outcome is unknown
+    version: int
+    request_id: str
+    conflicts: list[tuple[int, str]] = []
+    reason: str = ""
+
+
+class StatusReply(msgspec.Struct, tag="S", array_like=True):
+    ticket: int
+    request_id: str
+    upper_bound: int
+    committed_version: int
+
+
+class Progress(msgspec.Struct, tag="P", array_like=True):
+    """Persister -> gateway: the durable version advanced (or the term changed)."""
+
+    committed_version: int
+    leader_id: str
+    term: int
+
+
+class LeaderLost(msgspec.Struct, tag="L", array_like=True):
+    """Persister -> gateway: this set no longer leads (deposed, or the store failed);
+    every waiting commit's outcome is unknown and the set is about to exit."""
+
+    reason: str
+
+
+GatewayMessage = CommitReply | StatusReply | Progress | TermStart | LeaderLost | Shutdown
+
+_ring_encoder = msgspec.msgpack.Encoder()
+_ring_decoder = msgspec.msgpack.Decoder(list[RingEntry])
+_reply_decoder = msgspec.msgpack.Decoder(list[GatewayMessage])
+
+
+def encode_batch(entries: list[RingEntry] | list[GatewayMessage]) -> bytes:
+    return _ring_encoder.encode(entries)
+
+
+def decode_batch(frame: bytes) -> list[RingEntry]:
+    return _ring_decoder.decode(frame)
+
+
+def decode_replies(frame: bytes) -> list[GatewayMessage]:
+    return _reply_decoder.decode(frame)
+
+
+def point_range(key: bytes) -> tuple[bytes, bytes]:
+    """The half-open range holding exactly `key`: the next key in byte order is key + 0x00."""
+    return key, key + b"\x00"
+
+
+def written_ranges(operations: list[Operation]) -> list[tuple[bytes, bytes]]:
+    """Every half-open key range a transaction's operations touch."""
+    ranges = []
+    for op in operations:
+        if isinstance(op, RangeDelete):
+            ranges.append((op.begin, op.end))
+        else:
+            ranges.append(point_range(op.key))
+    return ranges

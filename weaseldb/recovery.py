@@ -1,0 +1,113 @@
+"""Recovery scan and the validity rule (storage.md, "Recovery" and "Terms and fencing").
+
+Pure functions decide; `recover` only adds the reads. Numbers count down, so "older" is a
+higher number and a listing in ascending key order is newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from weaseldb import batchfile, layout
+from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
+
+#: A deposed leader can only still write within this many numbers newer than the batch that
+#: fenced it (its in-flight window), so a new leader fills that many numbers with empty
+#: fence batches after its opening batch, and recovery looks back at most this far.
+FENCE_LENGTH = MAX_IN_FLIGHT_LIMIT - 1
+
+
+@dataclass(frozen=True)
+class ListingScan:
+    watermark: int | None  # newest batch of the gapless durable region; None when empty
+    next_number: int  # the first gap: where the next batch goes
+
+
+def scan_listing(numbers: Sequence[int], *, complete: bool) -> ListingScan:
+    """Find the durability watermark in one listing of batch numbers (ascending = newest first).
+
+    `complete` says the listing returned fewer keys than asked, so it holds every batch.
+    Garbage collection never deletes any of the newest 1000 batches, so in a complete
+    listing the oldest batch must be the very first one; if it is not, the first batch
+    was never written and the durable region is empty.
+    """
+    if not numbers or (complete and numbers[-1] != NUMBER_TOP):
+        return ListingScan(watermark=None, next_number=NUMBER_TOP)
+    watermark = numbers[-1]
+    for number in reversed(numbers[:-1]):
+        if number != watermark - 1:
+            break
+        watermark = number
+    return ListingScan(watermark=watermark, next_number=watermark - 1)
+
+
+def valid_flags(terms_old_to_new: Sequence[int]) -> list[bool]:
+    """The validity rule over a gapless run of batches, oldest first: a batch is valid when
+    its term is the same as, or newer than, the newest term seen so far (newer = lower)."""
+    flags = []
+    newest = NUMBER_TOP + 1
+    for term in terms_old_to_new:
+        valid = term <= newest
+        flags.append(valid)
+        if valid:
+            newest = term
+    return flags
+
+
+@dataclass(frozen=True)
+class Recovered:
+    watermark: int | None
+    next_number: int
+    last_version: int  # last version of the newest valid batch (0 for an empty log)
+    newest_term: int | None  # newest term among valid batches
+
+
+async def list_numbers(store: BlobStore, prefix: str, limit: int) -> list[int]:
+    return [layout.number_of(key) for key in await store.list(prefix, limit=limit)]
+
+
+async def newest_claim(store: BlobStore) -> int | None:
+    """The newest term claimed so far: one LIST of one key."""
+    numbers = await list_numbers(store, layout.TERMS, limit=1)
+    return numbers[0] if numbers else None
+
+
+async def recover(store: BlobStore, *, prior_term: int | None) -> Recovered:
+    """One LIST of at most 1000 batch keys, then reads of the watermark batch (and, only when
+    the watermark's term is not the newest claim, of up to FENCE_LENGTH batches before it
+    to apply the validity rule)."""
+    numbers = await list_numbers(store, layout.BATCHES, limit=MAX_IN_FLIGHT_LIMIT)
+    scan = scan_listing(numbers, complete=len(numbers) < MAX_IN_FLIGHT_LIMIT)
+    if scan.watermark is None:
+        return Recovered(None, scan.next_number, 0, None)
+    newest = await read_batch(store, scan.watermark)
+    if newest.term == prior_term:
+        return Recovered(scan.watermark, scan.next_number, newest.last_version, newest.term)
+    run = await _read_back(store, newest)
+    flags = valid_flags([b.term for b in run])
+    last_valid = max((b for b, ok in zip(run, flags, strict=True) if ok), key=lambda b: -b.batch)
+    return Recovered(scan.watermark, scan.next_number, last_valid.last_version, last_valid.term)
+
+
+async def _read_back(store: BlobStore, newest: batchfile.Batch) -> list[batchfile.Batch]:
+    """The batches from up to FENCE_LENGTH numbers older than `newest` to `newest`, oldest
+    first. A batch of a newer term than `newest` can only be that close (the fence)."""
+    run = [newest]
+    number = newest.batch
+    for _ in range(FENCE_LENGTH):
+        number += 1
+        if number > NUMBER_TOP:
+            break
+        try:
+            run.append(await read_batch(store, number))
+        except NotFound:
+            break  # garbage-collected: everything older is covered by a snapshot
+    run.reverse()
+    return run
+
+
+async def read_batch(store: BlobStore, number: int) -> batchfile.Batch:
+    key = layout.batch_key(number)
+    return batchfile.decode(await store.get(key), key=key)

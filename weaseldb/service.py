@@ -1,0 +1,156 @@
+"""What every stage process has in common: a FastAPI app with /healthz, /readyz and
+/metrics, served by uvicorn, next to the stage's ring loop.
+
+Signals are the stage's business, not uvicorn's: a stopping set drains through the ring
+(the gateway stops taking requests and sends `Shutdown`, each stage forwards it after its
+work), so uvicorn's own SIGINT/SIGTERM capture is switched off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import uvicorn
+from fastapi import FastAPI, Response
+from fastapi.responses import ORJSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("weaseldb")
+
+
+@dataclass
+class Health:
+    """Readiness as the stage sees it; /readyz answers 503 with `reason` until ready."""
+
+    ready: bool = False
+    reason: str = "starting"
+    details: dict[str, object] = field(default_factory=dict)
+    probe: Callable[[], None] | None = None  # refreshes the fields when /readyz is asked
+
+    def set(self, ready: bool, reason: str) -> None:
+        self.ready, self.reason = ready, reason
+
+
+def add_operations_routes(app: FastAPI, health: Health) -> None:
+    @app.get("/healthz", tags=["operations"], summary="Process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], summary="Leader, recovered and ring up")
+    async def readyz() -> Response:
+        if health.probe is not None:
+            health.probe()
+        body = {"ready": health.ready, "reason": health.reason, **health.details}
+        return ORJSONResponse(body, status_code=200 if health.ready else 503)
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def stage_app(name: str, health: Health) -> FastAPI:
+    app = FastAPI(title=f"WeaselDB {name}", docs_url=None, redoc_url=None)
+    add_operations_routes(app, health)
+    return app
+
+
+class _QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class HttpServer:
+    """uvicorn on a socket we bound, stoppable from our own code."""
+
+    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=30,
+            loop="none",
+            http="httptools",
+        )
+        self._server = _QuietServer(config)
+        self._sock = sock
+        self.finished = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    async def serve(self) -> None:
+        try:
+            await self._server.serve(sockets=[self._sock])
+        finally:
+            self.finished.set()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+
+
+class Stage(Protocol):
+    health: Health
+
+    async def run(self, http: HttpServer) -> int:
+        """Run the ring loop until a drained shutdown (0) or a fatal failure (non-zero)."""
+        ...
+
+    def on_signal(self) -> None:
+        """SIGTERM/SIGINT: begin an orderly stop."""
+        ...
+
+
+def write_port_file(run_dir: str, name: str, port: int) -> None:
+    path = Path(run_dir) / f"{name}.port"
+    path.write_text(str(port))
+
+
+async def run_stage(
+    name: str, stage: Stage, app: FastAPI, sock: socket.socket, run_dir: str
+) -> int:
+    """Serve `app` and run `stage` until the stage finishes; returns its exit code."""
+    server = HttpServer(app, sock)
+    write_port_file(run_dir, name, server.port)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stage.on_signal)
+    http = asyncio.create_task(server.serve(), name=f"{name}-http")
+    try:
+        code = await stage.run(server)
+    except Exception:
+        log.exception("%s: stage failed", name)
+        code = 1
+    server.stop()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(http, timeout=5)
+    return code
+
+
+def configure_logging(name: str) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {name} %(levelname)s %(message)s",
+    )
+

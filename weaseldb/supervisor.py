@@ -1,0 +1,110 @@
+"""`weaseldb up`: run the four services as separate processes and stop them as one.
+
+- Children get their own session, so a terminal's Ctrl-C reaches only the supervisor, which
+  then stops the set in order: the gateway workers stop taking requests and send Shutdown
+  down the ring; every stage forwards it after its work; the persister drains its batches.
+- If any child dies on its own, the others are stopped quickly and `up` exits non-zero, so
+  whatever supervises us (systemd, Kubernetes) restarts the whole set, which then recovers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from weaseldb.config import Config
+
+log = logging.getLogger("weaseldb.up")
+
+#: Grace given to the rest of the set after one member failed.
+FAILURE_GRACE_S = 3.0
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+
+
+class ProcessSet:
+    def __init__(self, config: Config, config_path: Path) -> None:
+        self._config = config
+        self._config_path = config_path
+        self._children: list[Child] = []
+        self._stop_requested = False
+
+    def start(self) -> None:
+        self._spawn("persister")
+        self._spawn("resolver")
+        self._spawn("sequencer")
+        for worker in range(self._config.gateway.workers):
+            self._spawn("gateway", worker)
+
+    def _spawn(self, name: str, worker: int = 0) -> None:
+        command = [
+            sys.executable, "-m", "weaseldb.cli", "service", name,
+            "--config", str(self._config_path), "--worker", str(worker),
+        ]
+        process = subprocess.Popen(command, start_new_session=True)
+        label = f"{name}-{worker}" if name == "gateway" else name
+        self._children.append(Child(label, process))
+
+    def request_stop(self, *_: object) -> None:
+        self._stop_requested = True
+
+    def run(self) -> int:
+        """Wait until asked to stop or a child dies; stop the rest; return the exit code."""
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGTERM, self.request_stop)
+        while not self._stop_requested:
+            dead = [c for c in self._children if c.process.poll() is not None]
+            if dead:
+                for child in dead:
+                    log.error("%s exited with %s; stopping the set", child.name, child.process.returncode)
+                self._terminate_all(grace=FAILURE_GRACE_S)
+                return 1
+            time.sleep(0.1)
+        return self._drain()
+
+    def _drain(self) -> int:
+        log.info("stopping: draining in-flight commits")
+        for child in self._children:
+            if child.name.startswith("gateway"):
+                _signal(child, signal.SIGTERM)
+        deadline = time.monotonic() + self._config.drain_timeout_s + 5
+        for child in self._children:
+            _wait(child, deadline)
+        self._terminate_all(grace=FAILURE_GRACE_S)
+        codes = {c.name: c.process.returncode for c in self._children}
+        failed = {name: code for name, code in codes.items() if code != 0}
+        if failed:
+            log.error("unclean stop: %s", failed)
+        return 1 if failed else 0
+
+    def _terminate_all(self, grace: float) -> None:
+        for child in self._children:
+            _signal(child, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in self._children:
+            if not _wait(child, deadline):
+                _signal(child, signal.SIGKILL)
+                child.process.wait()
+
+
+def _signal(child: Child, sig: int) -> None:
+    if child.process.poll() is None:
+        os.kill(child.process.pid, sig)
+
+
+def _wait(child: Child, deadline: float) -> bool:
+    try:
+        child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return True
+    except subprocess.TimeoutExpired:
+        return False

@@ -1,7 +1,7 @@
 """The `weaseldb` command.
 
-    weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
-    weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
+weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
+weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.store:
         overrides["store"] = args.store
     if args.port is not None:
-        for offset, name in enumerate(STAGES[:1] + ("sequencer", "resolver", "persister")):
+        for offset, name in enumerate(STAGES):
             overrides[f"ports.{name}"] = args.port + offset if args.port else 0
     for flag, key in (("host", "host"), ("run_dir", "run_dir"), ("workers", "gateway.workers")):
         if getattr(args, flag) is not None:
@@ -69,7 +69,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     config_path.write_text(cfg.model_dump_json(indent=2))
     processes = ProcessSet(cfg, config_path)
     processes.start()
-    print(f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True)
+    print(
+        f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True
+    )
     return processes.run()
 
 
@@ -86,12 +88,16 @@ def cmd_service(args: argparse.Namespace) -> int:
 
 
 async def _serve(name: str, cfg: Config, worker: int) -> int:
-    from weaseldb.blobstore import open_store
+    from fastapi import FastAPI
+
+    from weaseldb.blobstore import BlobStore, open_store
     from weaseldb.ring import Ring
-    from weaseldb.service import listening_socket, run_stage
+    from weaseldb.service import Stage, listening_socket, run_stage
 
     ring = Ring()
-    store = None
+    store: BlobStore | None = None
+    stage: Stage
+    app: FastAPI
     port = getattr(cfg.ports, name)
     if name == "gateway":
         from services.gateway.app import build as build_gateway
@@ -110,7 +116,9 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
 
         store = open_store(cfg.store, pool_size=cfg.persister.target_pool_size)
         stage, app = build_persister(cfg, ring, store)
-    sock = listening_socket(cfg.host, port, reuse_port=name == "gateway" and cfg.gateway.workers > 1)
+    sock = listening_socket(
+        cfg.host, port, reuse_port=name == "gateway" and cfg.gateway.workers > 1
+    )
     label = f"{name}-{worker}" if name == "gateway" else name
     try:
         return await run_stage(label, stage, app, sock, cfg.run_dir)

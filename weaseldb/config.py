@@ -84,11 +84,11 @@ class Config(_Section):
     store: str = "dir:./data"
     """Object store: ``dir:PATH`` (embedded default) or ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
     run_dir: str = "./run"
-    """Directory for the ring's ipc:// sockets (keep the path short: Unix sockets allow ~107 bytes)."""
+    """Directory for the ring's ipc:// sockets; keep it short (socket paths allow ~107 bytes)."""
     host: str = "127.0.0.1"
     """Address every service listens on."""
     ring: Literal["ipc", "tcp"] = "ipc"
-    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (ports = service port + 1000)."""
+    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000)."""
     ports: Ports = Ports()
     pod_name: str = ""
     """Recorded in term claims (Kubernetes sets it from the pod name)."""
@@ -127,7 +127,9 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Co
         try:
             data = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"{path}: not valid {'JSON' if str(path).endswith('.json') else 'TOML'}: {e}") from e
+            raise ConfigError(
+                f"{path}: not valid {'JSON' if str(path).endswith('.json') else 'TOML'}: {e}"
+            ) from e
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
     return build(data)

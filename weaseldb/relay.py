@@ -21,7 +21,9 @@ log = logging.getLogger("weaseldb")
 
 ENTRIES = Counter("weaseldb_stage_entries_total", "Ring entries handled", ["stage"])
 BATCH = Histogram(
-    "weaseldb_stage_batch_entries", "Entries per ring batch", ["stage"],
+    "weaseldb_stage_batch_entries",
+    "Entries per ring batch",
+    ["stage"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
 )
 
@@ -30,8 +32,15 @@ Process = Callable[[list[RingEntry]], list[RingEntry]]
 
 class RelayStage:
     def __init__(
-        self, name: str, inbox: Inbox, outbox: Outbox, process: Process, *,
-        shutdowns_expected: int, drain_timeout_s: float, health: Health,
+        self,
+        name: str,
+        inbox: Inbox,
+        outbox: Outbox,
+        process: Process,
+        *,
+        shutdowns_expected: int,
+        drain_timeout_s: float,
+        health: Health,
     ) -> None:
         self.name = name
         self.health = health
@@ -47,7 +56,9 @@ class RelayStage:
         if loop_task in done:
             stop_task.cancel()
             return loop_task.result()
-        log.warning("%s: no ring shutdown within %.0fs of the signal", self.name, self._drain_timeout_s)
+        log.warning(
+            "%s: no ring shutdown within %.0fs of the signal", self.name, self._drain_timeout_s
+        )
         loop_task.cancel()
         return 1
 

@@ -7,8 +7,10 @@ it always handles everything waiting as one batch and forwards one message.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import zmq
 import zmq.asyncio
@@ -87,7 +89,8 @@ class Inbox:
         frames = [await self._socket.recv()]
         while True:
             try:
-                frames.append(self._socket.recv(zmq.NOBLOCK).result())
+                pending = cast("asyncio.Future[bytes]", self._socket.recv(zmq.NOBLOCK))
+                frames.append(pending.result())
             except zmq.Again:
                 return frames
 

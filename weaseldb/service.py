@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import orjson
 import uvicorn
 from fastapi import FastAPI, Response
-from fastapi.responses import ORJSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger("weaseldb")
@@ -49,7 +49,11 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
         if health.probe is not None:
             health.probe()
         body = {"ready": health.ready, "reason": health.reason, **health.details}
-        return ORJSONResponse(body, status_code=200 if health.ready else 503)
+        return Response(
+            orjson.dumps(body),
+            status_code=200 if health.ready else 503,
+            media_type="application/json",
+        )
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -153,4 +157,3 @@ def configure_logging(name: str) -> None:
         level=logging.INFO,
         format=f"%(asctime)s {name} %(levelname)s %(message)s",
     )
-

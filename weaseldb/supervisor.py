@@ -48,8 +48,15 @@ class ProcessSet:
 
     def _spawn(self, name: str, worker: int = 0) -> None:
         command = [
-            sys.executable, "-m", "weaseldb.cli", "service", name,
-            "--config", str(self._config_path), "--worker", str(worker),
+            sys.executable,
+            "-m",
+            "weaseldb.cli",
+            "service",
+            name,
+            "--config",
+            str(self._config_path),
+            "--worker",
+            str(worker),
         ]
         process = subprocess.Popen(command, start_new_session=True)
         label = f"{name}-{worker}" if name == "gateway" else name
@@ -66,7 +73,9 @@ class ProcessSet:
             dead = [c for c in self._children if c.process.poll() is not None]
             if dead:
                 for child in dead:
-                    log.error("%s exited with %s; stopping the set", child.name, child.process.returncode)
+                    log.error(
+                        "%s exited with %s; stopping the set", child.name, child.process.returncode
+                    )
                 self._terminate_all(grace=FAILURE_GRACE_S)
                 return 1
             time.sleep(0.1)

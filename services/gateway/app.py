@@ -12,6 +12,9 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from prometheus_client import Counter, Histogram
 
+from services.gateway import errors
+from services.gateway.pipeline import PipelineClient, PipelineUnavailable
+from services.gateway.requests import CommitRequest, Limits, parse_commit
 from weaseldb.config import Config
 from weaseldb.protocol import CommitEntry, CommitReply
 from weaseldb.ring import Endpoints, Ring
@@ -19,15 +22,12 @@ from weaseldb.service import Health, HttpServer, add_operations_routes
 from weaseldb.types import Outcome
 from weaseldb.versioncell import VersionCell
 
-from services.gateway import errors
-from services.gateway.pipeline import PipelineClient, PipelineUnavailable
-from services.gateway.requests import CommitRequest, Limits, parse_commit
-
 log = logging.getLogger("weaseldb.gateway")
 
 COMMITS = Counter("weaseldb_gateway_commits_total", "Commit answers", ["status"])
 LATENCY = Histogram(
-    "weaseldb_gateway_commit_seconds", "Commit latency inside the gateway",
+    "weaseldb_gateway_commit_seconds",
+    "Commit latency inside the gateway",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 JSON = "application/json"
@@ -93,11 +93,16 @@ class GatewayStage:
         if valid.leader_id is not None and valid.leader_id != lead.leader_id:
             raise errors.LeaderChanged(
                 f"leader is {lead.leader_id}, not {valid.leader_id}",
-                leader_id=lead.leader_id, version=self.client.committed_version,
+                leader_id=lead.leader_id,
+                version=self.client.committed_version,
             )
         ticket = self.client.new_ticket()
         entry = CommitEntry(
-            self.client.worker, ticket, valid.request_id, valid.preconditions, valid.operations,
+            self.client.worker,
+            ticket,
+            valid.request_id,
+            valid.preconditions,
+            valid.operations,
             trace=request.headers.get("traceparent", ""),
         )
         with LATENCY.time():
@@ -134,8 +139,10 @@ class GatewayStage:
                 request_id=reply.request_id,
             )
         body: dict[str, Any] = {
-            "status": reply.status, "version": reply.version,
-            "leader_id": leader_id, "request_id": reply.request_id,
+            "status": reply.status,
+            "version": reply.version,
+            "leader_id": leader_id,
+            "request_id": reply.request_id,
         }
         if reply.status == Outcome.NOT_COMMITTED:
             if reply.reason:
@@ -179,12 +186,20 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, FastAP
     @app.get("/v1/version", tags=["client"], summary="Committed version and leader")
     async def version() -> Response:
         stage.require_leader()
-        return _json({"version": stage.client.committed_version,
-                      "leader_id": stage.client.leadership.leader_id})
+        return _json(
+            {
+                "version": stage.client.committed_version,
+                "leader_id": stage.client.leadership.leader_id,
+            }
+        )
 
     @app.post(
-        "/v1/commit", tags=["client"], summary="Commit a transaction",
-        openapi_extra={"requestBody": {"required": True, "content": {JSON: {"schema": commit_body["schema"]}}}},
+        "/v1/commit",
+        tags=["client"],
+        summary="Commit a transaction",
+        openapi_extra={
+            "requestBody": {"required": True, "content": {JSON: {"schema": commit_body["schema"]}}}
+        },
         responses={
             200: {"description": "committed, or not_committed with the failed preconditions"},
             400: {"description": "bad_request or limit_exceeded"},
@@ -201,7 +216,9 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, FastAP
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = original_openapi()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(commit_body["components"])
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                commit_body["components"]
+            )
             app.openapi_schema = schema
         return app.openapi_schema
 

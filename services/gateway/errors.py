@@ -47,8 +47,9 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
-                   **extra: Any) -> Response:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
     body = orjson.dumps({"error": code, "message": message, **extra})
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 
@@ -72,7 +73,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, e: HTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return error_response(e.status_code, code, str(e.detail), e.headers)
+        return error_response(e.status_code, code, str(e.detail), dict(e.headers or {}))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> Response:  # a bug, never user input

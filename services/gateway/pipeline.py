@@ -8,8 +8,15 @@ import logging
 from dataclasses import dataclass
 
 from weaseldb.protocol import (
-    CommitReply, LeaderLost, Progress, RingEntry, Shutdown, StatusReply, TermStart,
-    decode_replies, encode_batch,
+    CommitReply,
+    LeaderLost,
+    Progress,
+    RingEntry,
+    Shutdown,
+    StatusReply,
+    TermStart,
+    decode_replies,
+    encode_batch,
 )
 from weaseldb.ring import Inbox, Outbox
 from weaseldb.versioncell import VersionCell
@@ -107,13 +114,13 @@ class PipelineClient:
             if not future.done():
                 future.set_exception(PipelineUnavailable(reason))
 
-    async def shutdown(self, timeout: float) -> bool:
+    async def shutdown(self, drain_timeout_s: float) -> bool:
         """Send Shutdown down the ring and wait for it to come back drained."""
         self.leadership.leading = False
         self.leadership.reason = "shutting down"
         self._enqueue(Shutdown())
         try:
-            await asyncio.wait_for(self.stopped.wait(), timeout)
+            await asyncio.wait_for(self.stopped.wait(), drain_timeout_s)
         except TimeoutError:
             return False
         return True

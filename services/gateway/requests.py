@@ -14,7 +14,15 @@ from typing import Annotated
 
 import msgspec
 
-from weaseldb.protocol import Delete, Operation, PointRead, Precondition, RangeDelete, RangeRead, Write
+from weaseldb.protocol import (
+    Delete,
+    Operation,
+    PointRead,
+    Precondition,
+    RangeDelete,
+    RangeRead,
+    Write,
+)
 
 #: Versions are u64 in the contract; msgspec bounds stop at int64, which no version reaches.
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -109,7 +117,8 @@ def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:
         request_id=_request_id(request.request_id),
         leader_id=request.leader_id,
         preconditions=[
-            codec.precondition(p, i, request.read_version) for i, p in enumerate(request.preconditions)
+            codec.precondition(p, i, request.read_version)
+            for i, p in enumerate(request.preconditions)
         ],
         operations=[codec.operation(o, i) for i, o in enumerate(request.operations)],
     )
@@ -177,4 +186,3 @@ def _b64(text: str, where: str) -> bytes:
         return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
     except (binascii.Error, UnicodeEncodeError) as e:
         raise BadRequest(f"{where}: not standard padded base64 ({e})") from e
-

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from weaseldb.protocol import CommitEntry, CommitReply, CommitState, RingEntry, StatusEntry, StatusReply
+from weaseldb.protocol import (
+    CommitEntry,
+    CommitReply,
+    CommitState,
+    RingEntry,
+    StatusEntry,
+    StatusReply,
+)
 from weaseldb.types import Outcome
 
 NOT_LEADER = "not_leader"
@@ -40,11 +47,18 @@ class Answers:
                 return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
             case CommitState.REJECTED:
                 return CommitReply(
-                    entry.ticket, Outcome.NOT_COMMITTED, committed, entry.request_id, entry.conflicts
+                    entry.ticket,
+                    Outcome.NOT_COMMITTED,
+                    committed,
+                    entry.request_id,
+                    entry.conflicts,
                 )
             case CommitState.BANNED:
                 return CommitReply(
-                    entry.ticket, Outcome.NOT_COMMITTED, committed, entry.request_id,
+                    entry.ticket,
+                    Outcome.NOT_COMMITTED,
+                    committed,
+                    entry.request_id,
                     reason="request_id_banned",
                 )
             case _:
@@ -55,8 +69,12 @@ class Answers:
         if original is None:  # forgotten: the outcome is unknown here, say so
             return self.not_leader(entry)
         return CommitReply(
-            entry.ticket, original.status, original.version, entry.request_id,
-            original.conflicts, original.reason,
+            entry.ticket,
+            original.status,
+            original.version,
+            entry.request_id,
+            original.conflicts,
+            original.reason,
         )
 
     def _remember(self, request_id: str, reply: CommitReply) -> None:

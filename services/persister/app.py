@@ -13,22 +13,28 @@ from pathlib import Path
 from fastapi import FastAPI
 from prometheus_client import Counter, Gauge
 
+from services.persister.answers import Answers
+from services.persister.engine import Engine
+from services.persister.leadership import LostClaim, OpenedTerm, claim, open_term
+from services.persister.release import Slot
 from weaseldb.blobstore import BlobStore
 from weaseldb.config import Config
 from weaseldb.protocol import (
-    CommitEntry, GatewayMessage, LeaderLost, Progress, RingEntry, Shutdown, StatusEntry,
+    CommitEntry,
+    GatewayMessage,
+    LeaderLost,
+    Progress,
+    RingEntry,
+    Shutdown,
+    StatusEntry,
     TermStart,
-    decode_batch, encode_batch,
+    decode_batch,
+    encode_batch,
 )
 from weaseldb.ring import Endpoints, Outbox, Ring
 from weaseldb.service import Health, HttpServer, stage_app
 from weaseldb.types import NotLeader
 from weaseldb.versioncell import VersionCell
-
-from services.persister.answers import Answers
-from services.persister.engine import Engine
-from services.persister.leadership import LostClaim, OpenedTerm, claim, open_term
-from services.persister.release import Slot
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -76,8 +82,11 @@ class PersisterStage:
         if term is None:
             return 0  # stopped while standby
         engine = Engine(
-            self._store, self._config.persister, term,
-            on_release=self._released, on_fail=self._failed,
+            self._store,
+            self._config.persister,
+            term,
+            on_release=self._released,
+            on_fail=self._failed,
         )
         self._engine = engine
         return await self._serve(engine, term)
@@ -96,7 +105,9 @@ class PersisterStage:
         while True:
             try:
                 claimed = await claim(
-                    self._store, leader_id=leader_id, pod_name=self._config.pod_name,
+                    self._store,
+                    leader_id=leader_id,
+                    pod_name=self._config.pod_name,
                     config=self._config.persister,
                 )
                 break
@@ -111,7 +122,9 @@ class PersisterStage:
         self._cell.write(term.last_version)
         COMMITTED.set(term.last_version)
         TERM.set(term.term)
-        log.info("leading term %d as %s from version %d", term.term, leader_id, term.last_version + 1)
+        log.info(
+            "leading term %d as %s from version %d", term.term, leader_id, term.last_version + 1
+        )
         return term
 
     async def _wait_for_promotion(self) -> bool:
@@ -125,7 +138,9 @@ class PersisterStage:
 
     async def _serve(self, engine: Engine, term: OpenedTerm) -> int:
         self.health.set(False, "announcing the term on the ring")
-        await self._broadcast([TermStart(term.term, term.leader_id, term.last_version + 1, term.last_version)])
+        await self._broadcast(
+            [TermStart(term.term, term.leader_id, term.last_version + 1, term.last_version)]
+        )
         sender = asyncio.create_task(self._send_outgoing())
         reader = asyncio.create_task(self._read(engine))
         stop = asyncio.create_task(self._stop.wait())
@@ -150,7 +165,7 @@ class PersisterStage:
             entries = [e for frame in await self._inbox.receive() for e in decode_batch(frame)]
             if any(isinstance(e, TermStart) for e in entries):
                 self.health.set(True, "leading")
-            work = [e for e in entries if not isinstance(e, (TermStart, Shutdown))]
+            work: list[RingEntry] = [e for e in entries if not isinstance(e, TermStart | Shutdown)]
             if work:
                 engine.submit(work)
             if engine.failure is not None:

@@ -18,15 +18,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from services.persister.leadership import OpenedTerm, now_ms, with_retries
+from services.persister.release import OrderedRelease, Slot
 from weaseldb import batchfile, layout, recovery
 from weaseldb.batchfile import Transaction
 from weaseldb.blobstore import AlreadyExists, BlobStore
 from weaseldb.config import PersisterConfig
-from weaseldb.protocol import CommitEntry, CommitState, RingEntry, RangeDelete, Write
+from weaseldb.protocol import CommitEntry, CommitState, RangeDelete, RingEntry, Write
 from weaseldb.types import Deposed, WeaselError
-
-from services.persister.leadership import OpenedTerm, now_ms, with_retries
-from services.persister.release import OrderedRelease, Slot
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -95,7 +94,9 @@ class Engine:
         for entry in entries:
             if isinstance(entry, CommitEntry) and entry.state is CommitState.ACCEPTED:
                 self._pending.append(
-                    Transaction(entry.version, entry.request_id, entry.timestamp_ms, entry.operations)
+                    Transaction(
+                        entry.version, entry.request_id, entry.timestamp_ms, entry.operations
+                    )
                 )
                 self._pending_bytes += _encoded_size(entry)
                 self._last_version = entry.version
@@ -119,7 +120,11 @@ class Engine:
             return
         if not self._pending:
             self._flush()  # answers only: nothing to write, release in order
-        elif self._in_flight == 0 or self._due or self._pending_bytes >= self._config.batch_size_threshold:
+        elif (
+            self._in_flight == 0
+            or self._due
+            or self._pending_bytes >= self._config.batch_size_threshold
+        ):
             if self._in_flight < self._config.max_in_flight_requests:
                 self._flush()
             else:
@@ -152,9 +157,14 @@ class Engine:
         slot = Slot(number, transactions[-1].version, riders)
         self._release.open(slot)
         batch = batchfile.Batch(
-            format=batchfile.FORMAT_VERSION, batch=number, term=self._term.term,
-            leader_id=self._term.leader_id, first_version=transactions[0].version,
-            last_version=slot.last_version, created_at_ms=now_ms(), transactions=transactions,
+            format=batchfile.FORMAT_VERSION,
+            batch=number,
+            term=self._term.term,
+            leader_id=self._term.leader_id,
+            first_version=transactions[0].version,
+            last_version=slot.last_version,
+            created_at_ms=now_ms(),
+            transactions=transactions,
         )
         self._in_flight += 1
         task = asyncio.create_task(self._write(slot, batch))
@@ -177,7 +187,7 @@ class Engine:
                 await with_retries(put, self._config, key)
             except AlreadyExists:
                 await self._check_taken(batch)
-        except BaseException as e:  # noqa: BLE001 - any failure here ends leadership
+        except BaseException as e:
             self._in_flight -= 1
             self._fail(e)
             return

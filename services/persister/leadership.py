@@ -53,9 +53,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def with_retries(
-    action: Callable[[], Awaitable[T]], config: PersisterConfig, what: str
-) -> T:
+async def with_retries(action: Callable[[], Awaitable[T]], config: PersisterConfig, what: str) -> T:
     """Run `action`, retrying transient store errors with exponential backoff from
     `retry_base_delay_ms`, `max_retry_attempts` times; then raise StoreUnavailable."""
     attempt = 0
@@ -69,7 +67,9 @@ async def with_retries(
             await asyncio.sleep(config.retry_base_delay_ms / 1000 * 2 ** (attempt - 1))
 
 
-async def claim(store: BlobStore, *, leader_id: str, pod_name: str, config: PersisterConfig) -> Claim:
+async def claim(
+    store: BlobStore, *, leader_id: str, pod_name: str, config: PersisterConfig
+) -> Claim:
     prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     term = NUMBER_TOP if prior is None else prior - 1
     body = orjson.dumps(
@@ -91,8 +91,12 @@ async def open_term(store: BlobStore, claimed: Claim, config: PersisterConfig) -
     number, last_version, newest = found.next_number, found.last_version, found.newest_term
     while True:
         opening = batchfile.empty_batch(
-            number=number, term=claimed.term, leader_id=claimed.leader_id,
-            last_version=last_version, now_ms=now_ms(), kind=BatchKind.OPENING,
+            number=number,
+            term=claimed.term,
+            leader_id=claimed.leader_id,
+            last_version=last_version,
+            now_ms=now_ms(),
+            kind=BatchKind.OPENING,
         )
         taken = await _put_or_read(store, opening, config)
         if taken is None or taken.term == claimed.term:
@@ -103,7 +107,9 @@ async def open_term(store: BlobStore, claimed: Claim, config: PersisterConfig) -
             last_version, newest = max(last_version, taken.last_version), taken.term
         number -= 1
     await _fence(store, claimed, opening, config)
-    return OpenedTerm(claimed.term, claimed.leader_id, number, number - recovery.FENCE_LENGTH - 1, last_version)
+    return OpenedTerm(
+        claimed.term, claimed.leader_id, number, number - recovery.FENCE_LENGTH - 1, last_version
+    )
 
 
 async def _put_or_read(
@@ -125,8 +131,12 @@ async def _fence(
 
     async def fence_one(number: int) -> None:
         fence = batchfile.empty_batch(
-            number=number, term=claimed.term, leader_id=claimed.leader_id,
-            last_version=opening.last_version, now_ms=opening.created_at_ms, kind=BatchKind.FENCE,
+            number=number,
+            term=claimed.term,
+            leader_id=claimed.leader_id,
+            last_version=opening.last_version,
+            now_ms=opening.created_at_ms,
+            kind=BatchKind.FENCE,
         )
         async with limit:
             taken = await _put_or_read(store, fence, config)

@@ -6,13 +6,12 @@ import time
 
 from fastapi import FastAPI
 
+from services.sequencer.logic import Sequencer
 from weaseldb.config import Config
 from weaseldb.protocol import RingEntry
 from weaseldb.relay import RelayStage
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, stage_app
-
-from services.sequencer.logic import Sequencer
 
 
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
@@ -28,8 +27,12 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         return forward
 
     stage = RelayStage(
-        "sequencer", ring.inbox(endpoints.sequencer), ring.outbox(endpoints.resolver), process,
-        shutdowns_expected=config.gateway.workers, drain_timeout_s=config.drain_timeout_s,
+        "sequencer",
+        ring.inbox(endpoints.sequencer),
+        ring.outbox(endpoints.resolver),
+        process,
+        shutdowns_expected=config.gateway.workers,
+        drain_timeout_s=config.drain_timeout_s,
         health=health,
     )
     return stage, stage_app("sequencer", health)

@@ -8,8 +8,13 @@ from weaseldb.types import CorruptObject
 
 def _batch() -> Batch:
     return Batch(
-        format=batchfile.FORMAT_VERSION, batch=2**64 - 5, term=2**64 - 2, leader_id="node-a",
-        first_version=10, last_version=11, created_at_ms=1_700_000_000_000,
+        format=batchfile.FORMAT_VERSION,
+        batch=2**64 - 5,
+        term=2**64 - 2,
+        leader_id="node-a",
+        first_version=10,
+        last_version=11,
+        created_at_ms=1_700_000_000_000,
         transactions=[
             Transaction(10, "r" * 20, 1, [Write(b"\x00k", b"\xffv"), Delete(b"")]),
             Transaction(11, "s" * 20, 2, [RangeDelete(b"a", b"b")]),

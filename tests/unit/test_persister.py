@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-
-import pytest
+from collections.abc import Awaitable
 
 from services.persister.engine import Engine
 from services.persister.leadership import Claim, LostClaim, OpenedTerm, claim, open_term
@@ -43,7 +41,9 @@ class Harness:
         self.released: list[Slot] = []
         self.failed: list[tuple[list[RingEntry], BaseException]] = []
         self.engine = Engine(
-            store, config, term,
+            store,
+            config,
+            term,
             on_release=self.released.extend,
             on_fail=lambda entries, error: self.failed.append((entries, error)),
         )
@@ -113,13 +113,22 @@ def test_opening_skips_numbers_taken_late_by_the_old_term_and_counts_their_versi
         old = await lead(inner, "old")
         await write_versions(inner, old, [1, 2])
         late = batchfile.Batch(
-            format=1, batch=old.next_number - 2, term=old.term, leader_id="old",
-            first_version=3, last_version=7, created_at_ms=0,
+            format=1,
+            batch=old.next_number - 2,
+            term=old.term,
+            leader_id="old",
+            first_version=3,
+            last_version=7,
+            created_at_ms=0,
             transactions=[batchfile.Transaction(v, f"late-{v:016d}", 0, []) for v in range(3, 8)],
         )
 
         async def land_late_write(op: str, key: str) -> None:
-            if op == "put_if_absent" and key == layout.batch_key(late.batch) and key not in inner.objects:
+            if (
+                op == "put_if_absent"
+                and key == layout.batch_key(late.batch)
+                and key not in inner.objects
+            ):
                 await inner.put_if_absent(key, batchfile.encode(late))
 
         return await lead(FaultyStore(inner, land_late_write), "new")
@@ -139,8 +148,14 @@ def test_watermark_in_a_void_run_uses_the_last_valid_version() -> None:
         await store.put_if_absent(layout.term_key(TOP - 1), b"{}")
         batches = [(TOP, TOP, 5), (TOP - 1, TOP - 1, 9), (TOP - 2, TOP, 6), (TOP - 3, TOP, 7)]
         for number, term, last in batches:
-            b = batchfile.empty_batch(number=number, term=term, leader_id="x", last_version=last,
-                                      now_ms=0, kind=BatchKind.DATA)
+            b = batchfile.empty_batch(
+                number=number,
+                term=term,
+                leader_id="x",
+                last_version=last,
+                now_ms=0,
+                kind=BatchKind.DATA,
+            )
             await store.put_if_absent(layout.batch_key(number), batchfile.encode(b))
         await store.put_if_absent(layout.term_key(TOP - 2), b"{}")  # a third candidate
         return await recovery.recover(store, prior_term=TOP - 2)
@@ -205,7 +220,7 @@ def test_retries_exhausted_fail_every_unreleased_entry() -> None:
     harness = run(scenario())
     assert isinstance(harness, Harness)
     assert harness.released == []
-    (entries, error), = harness.failed
+    ((entries, error),) = harness.failed
     assert isinstance(error, StoreUnavailable)
     assert sorted(e.version for e in entries if isinstance(e, CommitEntry)) == [1, 2]
 
@@ -236,11 +251,20 @@ def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
 
 
 def _encoded(term: OpenedTerm, version: int) -> bytes:
-    return batchfile.encode(batchfile.Batch(
-        format=1, batch=term.next_number, term=term.term, leader_id=term.leader_id,
-        first_version=version, last_version=version, created_at_ms=0,
-        transactions=[batchfile.Transaction(version, f"req-{version:016d}", 0, [Write(b"k", b"v")])],
-    ))
+    return batchfile.encode(
+        batchfile.Batch(
+            format=1,
+            batch=term.next_number,
+            term=term.term,
+            leader_id=term.leader_id,
+            first_version=version,
+            last_version=version,
+            created_at_ms=0,
+            transactions=[
+                batchfile.Transaction(version, f"req-{version:016d}", 0, [Write(b"k", b"v")])
+            ],
+        )
+    )
 
 
 def test_a_newer_term_at_our_number_deposes_the_leader() -> None:
@@ -254,8 +278,8 @@ def test_a_newer_term_at_our_number_deposes_the_leader() -> None:
         return harness, new
 
     result = run(scenario())
-    harness, new = result  # type: ignore[misc]
-    (entries, error), = harness.failed
+    harness, _new = result  # type: ignore[misc]
+    ((entries, error),) = harness.failed
     assert isinstance(error, Deposed)
     assert [e.version for e in entries if isinstance(e, CommitEntry)] == [1]
     assert harness.released == []
@@ -263,7 +287,10 @@ def test_a_newer_term_at_our_number_deposes_the_leader() -> None:
 
 def test_size_threshold_and_in_flight_limit_bound_the_batches() -> None:
     config = PersisterConfig(
-        retry_base_delay_ms=1, batch_timeout_ms=50, batch_size_threshold=200, max_in_flight_requests=2
+        retry_base_delay_ms=1,
+        batch_timeout_ms=50,
+        batch_size_threshold=200,
+        max_in_flight_requests=2,
     )
 
     async def scenario() -> Harness:

@@ -16,18 +16,28 @@ def desc(*numbers: int) -> list[int]:
     [
         pytest.param([], True, ListingScan(None, TOP), id="empty-store"),
         pytest.param(desc(TOP), True, ListingScan(TOP, TOP - 1), id="one-batch"),
-        pytest.param(desc(TOP, TOP - 1, TOP - 2), True, ListingScan(TOP - 2, TOP - 3), id="gapless"),
         pytest.param(
-            desc(TOP, TOP - 1, TOP - 3, TOP - 4), True, ListingScan(TOP - 1, TOP - 2),
+            desc(TOP, TOP - 1, TOP - 2), True, ListingScan(TOP - 2, TOP - 3), id="gapless"
+        ),
+        pytest.param(
+            desc(TOP, TOP - 1, TOP - 3, TOP - 4),
+            True,
+            ListingScan(TOP - 1, TOP - 2),
             id="gap-stops-watermark",
         ),
-        pytest.param(desc(TOP - 1, TOP - 2), True, ListingScan(None, TOP), id="first-batch-missing"),
         pytest.param(
-            desc(*range(1001, 2001)), False, ListingScan(1001, 1000),
+            desc(TOP - 1, TOP - 2), True, ListingScan(None, TOP), id="first-batch-missing"
+        ),
+        pytest.param(
+            desc(*range(1001, 2001)),
+            False,
+            ListingScan(1001, 1000),
             id="full-listing-no-gap",
         ),
         pytest.param(
-            desc(2001, *range(1999, 1000, -1)), False, ListingScan(2001, 2000),
+            desc(2001, *range(1999, 1000, -1)),
+            False,
+            ListingScan(2001, 2000),
             id="design-example-1000-in-flight",
         ),
     ],

@@ -1,5 +1,5 @@
-from weaseldb.protocol import CommitEntry, CommitState, StatusEntry, TermStart, Write
 from services.sequencer.logic import Sequencer
+from weaseldb.protocol import CommitEntry, CommitState, StatusEntry, TermStart, Write
 
 
 def commit(request_id: str) -> CommitEntry:

@@ -13,6 +13,7 @@ batches or a million.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import heapq
 import os
 import tempfile
@@ -115,11 +116,11 @@ class DirectoryStore:
             return
         self._fsync_dir(path.parent)
 
-    def _list(self, prefix: str, start_after: str, limit: int) -> list[str]:
+    def _list(self, prefix: str, start_after: str, limit: int) -> builtins.list[str]:
         base, _, name_prefix = prefix.rpartition("/")
         base_dir = self.root / base if base else self.root
         key_base = f"{base}/" if base else ""
-        found: list[str] = []
+        found: builtins.list[str] = []
         for key in self._walk(base_dir, key_base, start_after):
             if key.startswith(prefix):
                 found.append(key)
@@ -129,7 +130,8 @@ class DirectoryStore:
                 break
         return found
 
-    def _walk(self, directory: Path, key_base: str, start_after: str) -> "list[str] | _Walk":
+    @staticmethod
+    def _walk(directory: Path, key_base: str, start_after: str) -> _Walk:
         return _Walk(directory, key_base, start_after)
 
 
@@ -143,7 +145,7 @@ class _Walk:
         self._heap: list[tuple[str, Path | None]] = []
         self._expand(directory, key_base)
 
-    def __iter__(self) -> "_Walk":
+    def __iter__(self) -> _Walk:
         return self
 
     def __next__(self) -> str:
@@ -165,7 +167,11 @@ class _Walk:
             if entry.name.startswith(".tmp-"):
                 continue
             if entry.is_dir():
-                sub = key_prefix + entry.name if _is_split_dir(entry.name) else key_prefix + entry.name + "/"
+                sub = (
+                    key_prefix + entry.name
+                    if _is_split_dir(entry.name)
+                    else key_prefix + entry.name + "/"
+                )
                 if self._may_hold_keys_after(sub):
                     heapq.heappush(self._heap, (sub, Path(entry.path)))
             else:

@@ -1,0 +1,125 @@
+"""Crash, restart and stop behaviour of the real process set (slow tier)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cluster import ProcessSet, free_port_block
+from tests.support.load import Load
+from weaseldb.blobstore.directory import DirectoryStore
+from weaseldb.history import committed_transactions
+
+pytestmark = pytest.mark.slow
+
+
+def stored(data_dir: Path) -> dict[str, int]:
+    """request_id -> version of every transaction in the valid log."""
+    transactions = asyncio.run(committed_transactions(DirectoryStore(data_dir)))
+    versions = [t.version for t in transactions]
+    assert versions == sorted(set(versions)), "versions in the log must be unique and ordered"
+    return {t.request_id: t.version for t in transactions}
+
+
+def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path, run_dir: Path) -> None:
+    data = tmp_path / "data"
+    cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir).start()
+    load = Load(cluster.url, concurrency=32).start()
+    wait_for(lambda: len(load.acknowledged) >= 300)
+    cluster.kill()  # SIGKILL every process at once, mid-load
+    load.stop()
+    acknowledged = dict(load.acknowledged)
+    assert len(acknowledged) >= 300
+
+    log = stored(data)
+    missing = {r: v for r, v in acknowledged.items() if log.get(r) != v}
+    assert not missing, f"{len(missing)} acknowledged commits lost or changed"
+
+    restarted = ProcessSet(f"dir:{data}", cluster.port, run_dir).start()
+    try:
+        after = httpx.post(
+            f"{restarted.url}/v1/commit",
+            json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+        ).json()
+        assert after["status"] == "committed"
+        assert after["version"] > max(log.values())
+        assert restarted.stop() == 0
+    finally:
+        if restarted.process and restarted.process.poll() is None:
+            restarted.kill()
+    assert stored(data).keys() >= acknowledged.keys()
+
+
+def test_graceful_stop_drains_and_exits_zero(tmp_path: Path, run_dir: Path) -> None:
+    data = tmp_path / "data"
+    cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir).start()
+    load = Load(cluster.url, concurrency=16).start()
+    wait_for(lambda: len(load.acknowledged) >= 100)
+    assert cluster.stop() == 0
+    load.stop()
+    log = stored(data)
+    assert all(log.get(r) == v for r, v in load.acknowledged.items())
+
+
+def test_a_dying_service_stops_the_whole_set_non_zero(tmp_path: Path, run_dir: Path) -> None:
+    cluster = ProcessSet(f"dir:{tmp_path / 'data'}", free_port_block(), run_dir).start()
+    os.kill(cluster.service_pid("resolver"), signal.SIGKILL)
+    assert cluster.process is not None
+    assert cluster.process.wait(30) != 0
+    assert not cluster.pids(), "every service must be gone"
+
+
+def test_restart_opens_a_new_term_old_reads_are_too_old(tmp_path: Path, run_dir: Path) -> None:
+    data = tmp_path / "data"
+    port = free_port_block()
+    key = base64.b64encode(b"k").decode()
+    first = ProcessSet(f"dir:{data}", port, run_dir).start()
+    before = httpx.post(
+        f"{first.url}/v1/commit", json={"operations": [{"type": "write", "key": key, "value": key}]}
+    ).json()
+    httpx.post(
+        f"{first.url}/v1/commit",
+        json={  # history the next term cannot know
+            "operations": [{"type": "write", "key": key, "value": key}]
+        },
+    )
+    leader_before = before["leader_id"]
+    assert first.stop() == 0
+
+    second = ProcessSet(f"dir:{data}", port, run_dir).start()
+    try:
+        answer = httpx.post(
+            f"{second.url}/v1/commit",
+            json={
+                "preconditions": [{"type": "point_read", "key": key, "version": before["version"]}],
+                "operations": [{"type": "write", "key": key, "value": key}],
+            },
+        ).json()
+        assert answer["status"] == "not_committed"
+        assert answer["conflicts"] == [{"index": 0, "reason": "too_old"}]
+        assert answer["leader_id"] != leader_before
+        fresh = httpx.post(
+            f"{second.url}/v1/commit",
+            json={
+                "read_version": answer["version"],
+                "preconditions": [{"type": "point_read", "key": key}],
+                "operations": [{"type": "write", "key": key, "value": key}],
+            },
+        ).json()
+        assert fresh["status"] == "committed" and fresh["version"] > before["version"]
+    finally:
+        second.stop()

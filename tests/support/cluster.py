@@ -1,0 +1,132 @@
+"""Start and stop a real `weaseldb up` process set for system tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port_block(size: int = 4) -> int:
+    """A base port with `size` consecutive free ports (the set uses port..port+3)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + size >= 65535:
+            continue
+        if all(_is_free(base + i) for i in range(size)) and all(
+            _is_free(base + 1000 + i) for i in range(size)
+        ):
+            return base
+    raise RuntimeError("no block of free ports")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def short_run_dir() -> Path:
+    # ipc:// socket paths must stay under ~107 bytes: pytest's tmp_path is often longer.
+    return Path(tempfile.mkdtemp(prefix="wdb-", dir="/tmp"))
+
+
+@dataclass
+class ProcessSet:
+    store: str
+    port: int
+    run_dir: Path
+    extra: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> ProcessSet:
+        self.log_path = self.run_dir / "up.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        command = [
+            sys.executable,
+            "-m",
+            "weaseldb.cli",
+            "up",
+            "--store",
+            self.store,
+            "--port",
+            str(self.port),
+            "--run-dir",
+            str(self.run_dir),
+            *self.extra,
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"weaseldb up exited {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGINT, like Ctrl-C: a graceful drain. Returns the exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor and every service at once: a machine crash."""
+        assert self.process is not None
+        for pid in self.pids():
+            _kill(pid)
+        _kill(self.process.pid)
+        self.process.wait(10)
+
+    def pids(self) -> list[int]:
+        """Pids of the services (children of `up`)."""
+        assert self.process is not None
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True, check=False
+        )
+        return [int(p) for p in out.stdout.split()]
+
+    def service_pid(self, name: str) -> int:
+        for pid in self.pids():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if name.encode() in cmdline:
+                return pid
+        raise LookupError(name)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

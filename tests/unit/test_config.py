@@ -1,0 +1,76 @@
+from pathlib import Path
+
+import pytest
+
+from weaseldb import config, configdoc
+from weaseldb.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_follow_the_design() -> None:
+    c = config.build({})
+    p = c.persister
+    assert (p.batch_timeout_ms, p.batch_size_threshold, p.max_in_flight_requests) == (
+        1,
+        1 << 20,
+        50,
+    )
+    assert (p.target_pool_size, p.max_retry_attempts, p.retry_base_delay_ms) == (100, 3, 100)
+    assert (c.resolver.window_seconds, c.resolver.window_versions) == (5, 10_000_000)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        pytest.param(
+            {"persister": {"max_in_flight_requests": 1001}},
+            "persister.max_in_flight_requests",
+            id="in-flight-over-1000",
+        ),
+        pytest.param(
+            {"persister": {"max_in_flight_requests": 0}},
+            "persister.max_in_flight_requests",
+            id="in-flight-zero",
+        ),
+        pytest.param(
+            {"persister": {"batch_timeout_ms": 0}}, "persister.batch_timeout_ms", id="timeout-zero"
+        ),
+        pytest.param(
+            {"persister": {"batch_size_threshold": -1}},
+            "persister.batch_size_threshold",
+            id="size-negative",
+        ),
+        pytest.param(
+            {"persister": {"max_retry_attempts": -1}},
+            "persister.max_retry_attempts",
+            id="retries-negative",
+        ),
+        pytest.param(
+            {"persister": {"retry_base_delay_ms": 0}},
+            "persister.retry_base_delay_ms",
+            id="delay-zero",
+        ),
+        pytest.param(
+            {"persister": {"max_inflight": 5}}, "persister.max_inflight", id="unknown-key"
+        ),
+        pytest.param({"ring": "udp"}, "ring", id="bad-enum"),
+    ],
+)
+def test_invalid_config_names_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        config.build(data)
+
+
+def test_overrides_and_files(tmp_path: Path) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text('store = "dir:/x"\n[persister]\nmax_in_flight_requests = 7\n')
+    c = config.load(path, {"gateway.workers": 2})
+    assert (c.store, c.persister.max_in_flight_requests, c.gateway.workers) == ("dir:/x", 7, 2)
+    path.write_text("not = [toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load(path)
+
+
+def test_configuration_doc_is_generated_from_the_models() -> None:
+    assert (ROOT / "docs" / "configuration.md").read_text() == configdoc.render()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from services.resolver.logic import Resolver, Window
 from weaseldb.config import Config
 from weaseldb.protocol import RingEntry, TermStart
 from weaseldb.relay import RelayStage
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, stage_app
-
-from services.resolver.logic import Resolver, Window
 
 
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
@@ -25,8 +24,12 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         return entries
 
     stage = RelayStage(
-        "resolver", ring.inbox(endpoints.resolver), ring.outbox(endpoints.persister), process,
-        shutdowns_expected=1, drain_timeout_s=config.drain_timeout_s,
+        "resolver",
+        ring.inbox(endpoints.resolver),
+        ring.outbox(endpoints.persister),
+        process,
+        shutdowns_expected=1,
+        drain_timeout_s=config.drain_timeout_s,
         health=health,
     )
     return stage, stage_app("resolver", health)

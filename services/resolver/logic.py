@@ -1,0 +1,186 @@
+"""Conflict checking for sequenced commits, with no I/O.
+
+The resolver sees every sequenced commit of the term in version order and accepts a commit
+when none of its preconditions was invalidated by an accepted commit with a newer version
+than the one the client read at. Accepted commits' writes go into a `WriteHistory`, so later
+commits (including later ones in the same ring batch) see them.
+
+Which preconditions can be checked (the window)
+-----------------------------------------------
+A precondition with version v claims "nothing I depend on changed after v". The resolver can
+decide it exactly when every accepted write with a version > v is in its history. The history
+holds every accepted write of the current term with version >= `floor`, so:
+
+    a precondition is checkable  iff  v >= floor - 1  (= `oldest_checkable`)
+
+and an uncheckable one fails with reason `too_old`, never passes silently. The floor is
+
+    floor = max(term.first_version, min(time_floor, version_floor))
+
+evaluated once at the start of each ring batch (so it is exact and the same for every entry
+of a batch), never moving back, where, with `newest` the highest version resolved before
+the batch:
+- `version_floor = newest - window.versions + 1`: the last `window.versions` versions are
+  kept, so a read at most `window.versions` versions behind `newest` is checkable;
+- `time_floor` = the lowest version resolved at a clock reading `t` with `now - t <=
+  window.seconds` (`newest + 1` when none was), so whatever was resolved within the last
+  `window.seconds` seconds is kept. A version's `t` is the clock read at the start of the
+  batch that resolved it, and `now` the one read at the start of the current batch.
+Taking the min keeps whichever window is larger. At a term start history is empty and the
+floor is `first_version`: writes of earlier terms are not in history, so reads at versions
+below `first_version - 1` are too_old, and a read at `first_version - 1` is checkable
+(every write after it belongs to this term).
+
+A precondition whose version is at or above the commit's own version cannot conflict: no
+accepted commit is newer than the one being resolved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.resolver.conflicts import WriteHistory
+from weaseldb.protocol import (
+    CommitEntry,
+    CommitState,
+    PointRead,
+    Precondition,
+    RingEntry,
+    TermStart,
+    point_range,
+    written_ranges,
+)
+from weaseldb.types import ConflictReason
+
+
+@dataclass(frozen=True)
+class Window:
+    """How much history the resolver keeps: whichever of the two is larger."""
+
+    seconds: float = 5.0
+    versions: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0 or self.versions < 0:
+            raise ValueError("window sizes must not be negative")
+
+
+class Resolver:
+    def __init__(
+        self, window: Window = Window(), clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._window = window
+        self._clock = clock
+        self._history = WriteHistory()
+        self._first_version: int | None = None  # None: no term is active
+        self._floor = 0  # history holds every accepted write with version >= floor
+        self._newest = 0  # highest version resolved this term
+        # (clock reading, first version resolved at or after it), oldest first: maps the
+        # time window to versions.
+        self._samples: deque[tuple[float, int]] = deque()
+
+    @property
+    def leading(self) -> bool:
+        return self._first_version is not None
+
+    @property
+    def oldest_checkable(self) -> int:
+        """Lowest precondition version still checkable (see the module docstring)."""
+        return self._floor - 1
+
+    @property
+    def newest(self) -> int:
+        """The highest version resolved this term (first_version - 1 before any)."""
+        return self._newest
+
+    @property
+    def history_size(self) -> int:
+        """Boundaries held by the write history (for metrics)."""
+        return len(self._history)
+
+    def start_term(self, term: TermStart) -> None:
+        """Forget everything: the new term's versions start at `term.first_version`."""
+        self._history = WriteHistory()
+        self._first_version = term.first_version
+        self._floor = term.first_version
+        self._newest = term.first_version - 1
+        self._samples = deque([(self._clock(), term.first_version)])
+
+    def end_term(self) -> None:
+        """Commits arriving from now on until the next term start become NOT_LEADER."""
+        self._first_version = None
+        self._history = WriteHistory()  # release the memory now; a new term resets anyway
+        self._samples.clear()
+
+    def resolve(self, entries: list[RingEntry]) -> None:
+        """Fill in every entry of one ring batch, in order."""
+        if self._first_version is not None:
+            self._advance_window(self._first_version)
+        for entry in entries:
+            if isinstance(entry, CommitEntry):
+                if entry.state == CommitState.SEQUENCED:
+                    self._resolve_commit(entry)
+            elif isinstance(entry, TermStart):
+                self.start_term(entry)
+
+    def _resolve_commit(self, entry: CommitEntry) -> None:
+        if self._first_version is None or entry.version < self._first_version:
+            entry.state = CommitState.NOT_LEADER  # no term, or sequenced in an older one
+            return
+        if entry.version <= self._newest:
+            raise ValueError(f"version {entry.version} resolved after {self._newest}")
+        self._newest = entry.version
+        failed = self._failed(entry.preconditions)
+        if failed:
+            entry.state = CommitState.REJECTED
+            entry.conflicts = failed
+            return
+        entry.state = CommitState.ACCEPTED
+        record = self._history.record
+        for begin, end in written_ranges(entry.operations):
+            record(begin, end, entry.version)
+
+    def _failed(self, preconditions: list[Precondition]) -> list[tuple[int, str]]:
+        """(index, reason) of every precondition that does not hold, by index."""
+        failed: list[tuple[int, str]] = []
+        oldest = self._floor - 1
+        newest_in = self._history.newest_in
+        for index, pre in enumerate(preconditions):
+            if pre.version < oldest:
+                failed.append((index, ConflictReason.TOO_OLD.value))
+                continue
+            if isinstance(pre, PointRead):
+                begin, end = point_range(pre.key)
+            else:
+                begin, end = pre.begin, pre.end
+            if newest_in(begin, end) > pre.version:
+                failed.append((index, ConflictReason.CONFLICT.value))
+        return failed
+
+    def _advance_window(self, first_version: int) -> None:
+        """Move the floor for this batch and let the history forget what fell out.
+
+        Called once per batch, not per entry: `WriteHistory.forget_before` does work in
+        proportion to the writes recorded since its last call, so calling it whenever the
+        floor moves keeps memory tracking the window without pauses.
+        """
+        now = self._clock()
+        samples = self._samples
+        while samples and now - samples[0][0] > self._window.seconds:
+            samples.popleft()
+        time_floor = samples[0][1] if samples else self._newest + 1
+        version_floor = self._newest - self._window.versions + 1
+        floor = max(first_version, min(time_floor, version_floor))
+        if floor > self._floor:
+            self._floor = floor
+            self._history.forget_before(floor)
+        # Versions from newest + 1 on are resolved at `now` or later. When nothing was
+        # resolved since the last sample, replace it: its time would make those versions
+        # look older than they will be.
+        if samples and samples[-1][1] == self._newest + 1:
+            samples[-1] = (now, self._newest + 1)
+        else:
+            samples.append((now, self._newest + 1))

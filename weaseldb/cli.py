@@ -88,7 +88,7 @@ def cmd_service(args: argparse.Namespace) -> int:
 
 
 async def _serve(name: str, cfg: Config, worker: int) -> int:
-    from fastapi import FastAPI
+    from starlette.types import ASGIApp
 
     from weaseldb.blobstore import BlobStore, open_store
     from weaseldb.ring import Ring
@@ -97,7 +97,7 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
     ring = Ring()
     store: BlobStore | None = None
     stage: Stage
-    app: FastAPI
+    app: ASGIApp
     port = getattr(cfg.ports, name)
     if name == "gateway":
         from services.gateway.app import build as build_gateway

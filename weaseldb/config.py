@@ -30,7 +30,8 @@ class PersisterConfig(_Section):
     """Encoded bytes of transactions that close a batch at once (the last one may exceed it)."""
     max_in_flight_requests: int = Field(50, ge=1, le=MAX_IN_FLIGHT_LIMIT)
     """Batch PUTs in flight, counting batches waiting in retry backoff. At most 1000, so that
-    recovery needs only one LIST."""
+    recovery needs only one LIST. Default 50 for S3; 4 for a ``dir:`` store, whose fsyncs
+    serialize on the local disk, so more in flight would only queue instead of batching."""
     target_pool_size: int = Field(100, ge=1)
     """Connections kept open to the object store."""
     max_retry_attempts: int = Field(3, ge=0)
@@ -100,6 +101,20 @@ class Config(_Section):
     gateway: GatewayConfig = GatewayConfig()
 
 
+#: max_in_flight_requests when the configuration does not set it, by store kind.
+LOCAL_DISK_IN_FLIGHT = 4
+
+
+def _store_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Defaults that depend on the store (documented on the fields they fill)."""
+    store = str(data.get("store", Config.model_fields["store"].default))
+    persister = dict(data.get("persister") or {})
+    if store.startswith("dir:") and "max_in_flight_requests" not in persister:
+        persister["max_in_flight_requests"] = LOCAL_DISK_IN_FLIGHT
+        return {**data, "persister": persister}
+    return data
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the offending field."""
 
@@ -114,7 +129,7 @@ def _describe(error: ValidationError) -> str:
 
 def build(data: dict[str, Any]) -> Config:
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(_store_defaults(data))
     except ValidationError as e:
         raise ConfigError(f"invalid configuration: {_describe(e)}") from e
 

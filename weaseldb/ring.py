@@ -100,4 +100,5 @@ class Outbox:
         self._socket = socket
 
     async def send(self, frame: bytes) -> None:
-        await self._socket.send(frame, copy=False)
+        # Copying is cheaper than zero-copy frames for messages this small.
+        await self._socket.send(frame, copy=True)

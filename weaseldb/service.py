@@ -22,6 +22,7 @@ import orjson
 import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp
 
 log = logging.getLogger("weaseldb")
 
@@ -86,7 +87,7 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
 class HttpServer:
     """uvicorn on a socket we bound, stoppable from our own code."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+    def __init__(self, app: ASGIApp, sock: socket.socket) -> None:
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -95,6 +96,9 @@ class HttpServer:
             timeout_graceful_shutdown=30,
             loop="none",
             http="httptools",
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
         )
         self._server = _QuietServer(config)
         self._sock = sock
@@ -132,7 +136,7 @@ def write_port_file(run_dir: str, name: str, port: int) -> None:
 
 
 async def run_stage(
-    name: str, stage: Stage, app: FastAPI, sock: socket.socket, run_dir: str
+    name: str, stage: Stage, app: ASGIApp, sock: socket.socket, run_dir: str
 ) -> int:
     """Serve `app` and run `stage` until the stage finishes; returns its exit code."""
     server = HttpServer(app, sock)

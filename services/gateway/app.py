@@ -1,16 +1,23 @@
-"""Gateway worker process: the client HTTP API (api.md) in front of the ring."""
+"""Gateway worker process: the client HTTP API (api.md) in front of the ring.
+
+`POST /v1/commit` is the hot path, so `CommitRoute` serves it as plain ASGI in front of
+FastAPI (no routing, dependency or middleware layers per request); everything else, and the
+OpenAPI description of the commit endpoint, is FastAPI's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import orjson
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.gateway import errors
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
@@ -31,10 +38,18 @@ LATENCY = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 JSON = "application/json"
+COMMIT_PATH = "/v1/commit"
 
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+
+
+def _unknown_outcome(request_id: str, why: str) -> errors.NotLeader:
+    return errors.NotLeader(
+        f"commit outcome unknown: {why}; ask GET /v1/status?request_id={request_id}",
+        request_id=request_id,
+    )
 
 
 class GatewayStage:
@@ -42,6 +57,7 @@ class GatewayStage:
         endpoints = Endpoints(config)
         self.config = config
         self.health = Health(reason="waiting for the persister to announce a term")
+        self.health.probe = self.readiness
         self.limits = Limits(
             config.gateway.max_key_bytes, config.gateway.max_value_bytes, config.gateway.max_items
         )
@@ -50,14 +66,15 @@ class GatewayStage:
             ring.outbox(endpoints.sequencer),
             ring.inbox(endpoints.gateway(worker)),
             VersionCell(Path(config.run_dir) / "committed.version"),
+            timeout_s=config.gateway.commit_timeout_s,
         )
         self._signalled = asyncio.Event()
-        self.health.probe = self.readiness
 
     async def run(self, http: HttpServer) -> int:
         tasks = [
             asyncio.create_task(self.client.send_loop()),
             asyncio.create_task(self.client.receive_loop()),
+            asyncio.create_task(self.client.expire_loop()),
         ]
         await self._signalled.wait()
         self.health.set(False, "shutting down")
@@ -83,10 +100,8 @@ class GatewayStage:
                 leader_id=self.client.leadership.leader_id or None,
             )
 
-    # Commit
-
-    async def commit(self, request: Request) -> Response:
-        body = await read_body(request, self.config.gateway.max_body_bytes)
+    async def commit(self, body: bytes, traceparent: str) -> bytes:
+        """One commit: validated body in, JSON answer out; errors raise (errors.render)."""
         valid = parse_commit(body, self.limits)
         self.require_leader()
         lead = self.client.leadership
@@ -103,45 +118,30 @@ class GatewayStage:
             valid.request_id,
             valid.preconditions,
             valid.operations,
-            trace=request.headers.get("traceparent", ""),
+            trace=traceparent,
         )
-        with LATENCY.time():
-            reply = await self._await_reply(entry, ticket)
+        started = time.perf_counter()
+        reply = await self._await_reply(entry, ticket)
+        LATENCY.observe(time.perf_counter() - started)
         COMMITS.labels(reply.status).inc()
         return self._commit_answer(reply)
 
     async def _await_reply(self, entry: CommitEntry, ticket: int) -> CommitReply:
         try:
-            future = self.client.submit(entry, ticket)
-            reply = await asyncio.wait_for(future, self.config.gateway.commit_timeout_s)
+            reply = await self.client.submit(entry, ticket)
         except PipelineUnavailable as e:
-            raise errors.NotLeader(
-                f"commit outcome unknown ({e}); ask GET /v1/status?request_id={entry.request_id}",
-                request_id=entry.request_id,
-            ) from e
-        except TimeoutError as e:
-            self.client.forget(ticket)
-            raise errors.NotLeader(
-                "commit outcome unknown: the pipeline did not answer in time; ask "
-                f"GET /v1/status?request_id={entry.request_id}",
-                request_id=entry.request_id,
-            ) from e
+            raise _unknown_outcome(entry.request_id, str(e)) from e
         if not isinstance(reply, CommitReply):
             raise RuntimeError(f"ticket {ticket} answered with {type(reply).__name__}")
         return reply
 
-    def _commit_answer(self, reply: CommitReply) -> Response:
-        leader_id = self.client.leadership.leader_id
+    def _commit_answer(self, reply: CommitReply) -> bytes:
         if reply.status == "not_leader":
-            raise errors.NotLeader(
-                "commit outcome unknown: leadership was lost while it was in flight; ask "
-                f"GET /v1/status?request_id={reply.request_id}",
-                request_id=reply.request_id,
-            )
+            raise _unknown_outcome(reply.request_id, "leadership was lost while it was in flight")
         body: dict[str, Any] = {
             "status": reply.status,
             "version": reply.version,
-            "leader_id": leader_id,
+            "leader_id": self.client.leadership.leader_id,
             "request_id": reply.request_id,
         }
         if reply.status == Outcome.NOT_COMMITTED:
@@ -149,30 +149,90 @@ class GatewayStage:
                 body["reason"] = reply.reason
             else:
                 body["conflicts"] = [{"index": i, "reason": r} for i, r in reply.conflicts]
-        return _json(body)
+        return orjson.dumps(body)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise errors.TooLarge(f"request body of {declared} bytes exceeds {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise errors.TooLarge(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+class CommitRoute:
+    """ASGI: `POST /v1/commit` straight to the stage, anything else to the FastAPI app."""
+
+    def __init__(self, app: ASGIApp, stage: GatewayStage) -> None:
+        self.app = app
+        self.stage = stage
+        self.limit = stage.config.gateway.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != COMMIT_PATH:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        extra: dict[str, str] = {}
+        try:
+            if scope["method"] != "POST":
+                raise errors.MethodNotAllowed(f"{COMMIT_PATH} accepts POST only")
+            body = await self._body(headers, receive)
+            status, answer = 200, await self.stage.commit(body, _traceparent(headers))
+        except Exception as e:
+            status, answer, extra = errors.render(e)
+            if status == 405:
+                extra["Allow"] = "POST"
+        response_headers = [(b"content-type", JSON.encode())]
+        response_headers += [(k.lower().encode(), v.encode()) for k, v in extra.items()]
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            raise errors.TooLarge(f"request body of {int(declared)} bytes exceeds {self.limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                raise errors.TooLarge(f"request body exceeds {self.limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
-def _openapi_commit_body() -> dict[str, Any]:
+def _traceparent(headers: dict[bytes, bytes]) -> str:
+    return headers.get(b"traceparent", b"").decode("latin-1")
+
+
+def _document_commit(app: FastAPI) -> None:
+    """Describe POST /v1/commit in the OpenAPI schema (CommitRoute serves it)."""
     (schema,), components = msgspec.json.schema_components(
         [CommitRequest], ref_template="#/components/schemas/{name}"
     )
-    return {"schema": schema, "components": components}
+    operation = {
+        "tags": ["client"],
+        "summary": "Commit a transaction",
+        "operationId": "commit",
+        "requestBody": {"required": True, "content": {JSON: {"schema": schema}}},
+        "responses": {
+            "200": {"description": "committed, or not_committed with the failed preconditions"},
+            "400": {"description": "bad_request or limit_exceeded"},
+            "409": {"description": "leader_changed (body has leader_id and version)"},
+            "413": {"description": "too_large"},
+            "503": {"description": "not_leader: standby, recovering, fenced, or outcome unknown"},
+        },
+    }
+    framework_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = framework_openapi()
+            spec.setdefault("paths", {})[COMMIT_PATH] = {"post": operation}
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(components)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
-def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, FastAPI]:
+def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIApp]:
     stage = GatewayStage(config, ring, worker)
     app = FastAPI(
         title="WeaselDB",
@@ -181,7 +241,6 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, FastAP
     )
     errors.install(app)
     add_operations_routes(app, stage.health)
-    commit_body = _openapi_commit_body()
 
     @app.get("/v1/version", tags=["client"], summary="Committed version and leader")
     async def version() -> Response:
@@ -193,34 +252,5 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, FastAP
             }
         )
 
-    @app.post(
-        "/v1/commit",
-        tags=["client"],
-        summary="Commit a transaction",
-        openapi_extra={
-            "requestBody": {"required": True, "content": {JSON: {"schema": commit_body["schema"]}}}
-        },
-        responses={
-            200: {"description": "committed, or not_committed with the failed preconditions"},
-            400: {"description": "bad_request or limit_exceeded"},
-            409: {"description": "leader_changed"},
-            413: {"description": "too_large"},
-            503: {"description": "not_leader: standby, recovering, fenced, or outcome unknown"},
-        },
-    )
-    async def commit(request: Request) -> Response:
-        return await stage.commit(request)
-
-    original_openapi = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = original_openapi()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                commit_body["components"]
-            )
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-    return stage, app
+    _document_commit(app)
+    return stage, CommitRoute(app, stage)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from starlette.exceptions import HTTPException
 from services.gateway.requests import BadRequest
 
 JSON = "application/json"
+log = logging.getLogger("weaseldb.gateway")
 
 
 class ApiError(Exception):
@@ -39,6 +41,10 @@ class NotLeader(ApiError):
     headers = {"Retry-After": "1"}
 
 
+class MethodNotAllowed(ApiError):
+    status, code = 405, "method_not_allowed"
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
 
@@ -47,21 +53,41 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
+def render(error: Exception) -> tuple[int, bytes, dict[str, str]]:
+    """Status, JSON body and headers for any error raised while serving a request."""
+    if isinstance(error, ApiError):
+        return error.status, _body(error.code, error.message, **error.extra), dict(error.headers)
+    if isinstance(error, BadRequest):
+        return 400, _body(error.code, error.message), {}
+    log.exception("unexpected error serving a request", exc_info=error)
+    return 500, _body("internal", f"internal error: {type(error).__name__}"), {}
+
+
+def _body(code: str, message: str, **extra: Any) -> bytes:
+    return orjson.dumps({"error": code, "message": message, **extra})
+
+
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> Response:
-    body = orjson.dumps({"error": code, "message": message, **extra})
+    return Response(_body(code, message), status_code=status, media_type=JSON, headers=headers)
+
+
+def _as_response(error: Exception) -> Response:
+    status, body, headers = render(error)
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 
 
 def install(app: FastAPI) -> None:
+    """Make the framework's own errors (validation, 404, 405) and ours the same JSON shape."""
+
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> Response:
-        return error_response(e.status, e.code, e.message, e.headers, **e.extra)
+        return _as_response(e)
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, e: BadRequest) -> Response:
-        return error_response(400, e.code, e.message)
+        return _as_response(e)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> Response:
@@ -77,4 +103,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> Response:  # a bug, never user input
-        return error_response(500, "internal", f"internal error: {type(e).__name__}")
+        return _as_response(e)

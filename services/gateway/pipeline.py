@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 from weaseldb.protocol import (
@@ -39,8 +40,14 @@ class Leadership:
 
 
 class PipelineClient:
-    def __init__(self, worker: int, outbox: Outbox, inbox: Inbox, cell: VersionCell) -> None:
+    def __init__(
+        self, worker: int, outbox: Outbox, inbox: Inbox, cell: VersionCell, *, timeout_s: float
+    ) -> None:
         self.worker = worker
+        self._timeout_s = timeout_s
+        # (deadline, ticket) in submission order; one sweeper expires them, which is cheaper
+        # than a timer per request.
+        self._deadlines: deque[tuple[float, int]] = deque()
         self.leadership = Leadership()
         self.stopped = asyncio.Event()
         self._outbox, self._inbox, self._cell = outbox, inbox, cell
@@ -60,13 +67,24 @@ class PipelineClient:
     def submit(self, entry: RingEntry, ticket: int) -> asyncio.Future[Reply]:
         if not self.leadership.leading:
             raise PipelineUnavailable(self.leadership.reason)
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Reply] = loop.create_future()
         self._waiting[ticket] = future
+        self._deadlines.append((loop.time() + self._timeout_s, ticket))
         self._enqueue(entry)
         return future
 
-    def forget(self, ticket: int) -> None:
-        self._waiting.pop(ticket, None)
+    async def expire_loop(self) -> None:
+        """Fail requests the pipeline did not answer within the timeout (outcome unknown)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, self._timeout_s))
+            now = loop.time()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, ticket = self._deadlines.popleft()
+                future = self._waiting.pop(ticket, None)
+                if future is not None and not future.done():
+                    future.set_exception(PipelineUnavailable("the pipeline did not answer in time"))
 
     def _enqueue(self, entry: RingEntry) -> None:
         self._queue.append(entry)

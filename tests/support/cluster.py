@@ -21,7 +21,7 @@ def free_port_block(size: int = 4) -> int:
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
+            base = int(probe.getsockname()[1])
         if base + size >= 65535:
             continue
         if all(_is_free(base + i) for i in range(size)) and all(

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -14,13 +15,15 @@ from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.blobstore.memory import MemoryStore
 
+T = TypeVar("T")
+
 
 @pytest.fixture(params=["memory", "dir"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
     yield MemoryStore() if request.param == "memory" else DirectoryStore(tmp_path / "store")
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 

@@ -8,8 +8,8 @@ from weaseldb.config import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_defaults_follow_the_design() -> None:
-    c = config.build({})
+def test_s3_defaults_follow_the_design() -> None:
+    c = config.build({"store": "s3://bucket/prefix"})
     p = c.persister
     assert (p.batch_timeout_ms, p.batch_size_threshold, p.max_in_flight_requests) == (
         1,
@@ -74,3 +74,10 @@ def test_overrides_and_files(tmp_path: Path) -> None:
 
 def test_configuration_doc_is_generated_from_the_models() -> None:
     assert (ROOT / "docs" / "configuration.md").read_text() == configdoc.render()
+
+
+def test_in_flight_default_depends_on_the_store() -> None:
+    assert config.build({"store": "dir:/x"}).persister.max_in_flight_requests == 4
+    assert config.build({"store": "s3://b/p"}).persister.max_in_flight_requests == 50
+    explicit = {"store": "dir:/x", "persister": {"max_in_flight_requests": 9}}
+    assert config.build(explicit).persister.max_in_flight_requests == 9

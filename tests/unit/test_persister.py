@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from services.persister.engine import Engine
 from services.persister.leadership import Claim, LostClaim, OpenedTerm, claim, open_term
@@ -17,12 +18,13 @@ from weaseldb.config import PersisterConfig
 from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
 from weaseldb.types import NUMBER_TOP, Deposed, StoreUnavailable
 
+T = TypeVar("T")
 FAST = PersisterConfig(retry_base_delay_ms=1, batch_timeout_ms=1, max_in_flight_requests=5)
 TOP = NUMBER_TOP
 
 
-def run(coro: Awaitable[object]) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
 
 
 async def lead(store: BlobStore, name: str = "a", config: PersisterConfig = FAST) -> OpenedTerm:
@@ -67,7 +69,6 @@ async def write_versions(store: BlobStore, term: OpenedTerm, versions: list[int]
 def test_first_leader_opens_at_the_top_and_fences_the_next_999() -> None:
     store = MemoryStore()
     term = run(lead(store))
-    assert isinstance(term, OpenedTerm)
     assert (term.term, term.opening_batch, term.last_version) == (TOP, TOP, 0)
     assert term.next_number == TOP - 1000
     kinds = [batchfile.decode(store.objects[layout.batch_key(TOP - i)]).kind for i in range(1000)]
@@ -77,15 +78,16 @@ def test_first_leader_opens_at_the_top_and_fences_the_next_999() -> None:
 def test_concurrent_candidates_one_wins_the_claim() -> None:
     store = FaultyStore()
 
-    async def both() -> list[object]:
-        return await asyncio.gather(
-            claim(store, leader_id="a", pod_name="a", config=FAST),
-            claim(store, leader_id="b", pod_name="b", config=FAST),
-            return_exceptions=True,
+    async def both() -> list[Claim | BaseException]:
+        return list(
+            await asyncio.gather(
+                claim(store, leader_id="a", pod_name="a", config=FAST),
+                claim(store, leader_id="b", pod_name="b", config=FAST),
+                return_exceptions=True,
+            )
         )
 
     results = run(both())
-    assert isinstance(results, list)
     assert sum(isinstance(r, Claim) for r in results) == 1
     assert sum(isinstance(r, LostClaim) for r in results) == 1
 
@@ -98,7 +100,7 @@ def test_next_leader_continues_versions_and_numbers_after_recovery() -> None:
         harness = await write_versions(store, first, [1, 2, 3])
         return first, await lead(store, "b"), len(harness.released)
 
-    first, second, data_batches = run(scenario())  # type: ignore[misc]
+    first, second, data_batches = run(scenario())
     assert second.term == first.term - 1
     assert second.last_version == 3
     assert second.opening_batch == first.next_number - data_batches  # right after the data
@@ -134,7 +136,6 @@ def test_opening_skips_numbers_taken_late_by_the_old_term_and_counts_their_versi
         return await lead(FaultyStore(inner, land_late_write), "new")
 
     new = run(scenario())
-    assert isinstance(new, OpenedTerm)
     assert new.last_version == 7
     assert batchfile.decode(inner.objects[layout.batch_key(new.opening_batch)]).term == new.term
 
@@ -161,7 +162,6 @@ def test_watermark_in_a_void_run_uses_the_last_valid_version() -> None:
         return await recovery.recover(store, prior_term=TOP - 2)
 
     found = run(scenario())
-    assert isinstance(found, recovery.Recovered)
     assert (found.watermark, found.last_version, found.newest_term) == (TOP - 3, 9, TOP - 1)
 
 
@@ -188,7 +188,6 @@ def test_batches_are_released_in_order_even_when_they_land_out_of_order() -> Non
         return harness
 
     harness = run(scenario())
-    assert isinstance(harness, Harness)
     assert harness.released_versions() == [1, 2, 3]
     assert [s.number for s in harness.released] == [TOP - 1000, TOP - 1001, TOP - 1002]
 
@@ -203,7 +202,6 @@ def test_transient_failures_are_retried_then_succeed() -> None:
         return harness
 
     harness = run(scenario())
-    assert isinstance(harness, Harness)
     assert harness.released_versions() == [1] and harness.failed == []
     assert harness.released[0].attempts == 3
 
@@ -218,7 +216,6 @@ def test_retries_exhausted_fail_every_unreleased_entry() -> None:
         return harness
 
     harness = run(scenario())
-    assert isinstance(harness, Harness)
     assert harness.released == []
     ((entries, error),) = harness.failed
     assert isinstance(error, StoreUnavailable)
@@ -246,7 +243,6 @@ def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
         return harness
 
     harness = run(scenario())
-    assert isinstance(harness, Harness)
     assert harness.failed == [] and harness.released_versions() == [1]
 
 
@@ -278,7 +274,7 @@ def test_a_newer_term_at_our_number_deposes_the_leader() -> None:
         return harness, new
 
     result = run(scenario())
-    harness, _new = result  # type: ignore[misc]
+    harness, _new = result
     ((entries, error),) = harness.failed
     assert isinstance(error, Deposed)
     assert [e.version for e in entries if isinstance(e, CommitEntry)] == [1]
@@ -305,6 +301,5 @@ def test_size_threshold_and_in_flight_limit_bound_the_batches() -> None:
         return harness
 
     harness = run(scenario())
-    assert isinstance(harness, Harness)
     assert harness.released_versions() == list(range(1, 41))
     assert 1 < len(harness.released) < 40  # batched, but the threshold closed batches early

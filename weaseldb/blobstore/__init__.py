@@ -44,7 +44,7 @@ class BlobStore(Protocol):
     async def close(self) -> None: ...
 
 
-def open_store(url: str, *, pool_size: int = 100) -> BlobStore:  # noqa: PLR0911
+def open_store(url: str, *, pool_size: int = 100) -> BlobStore:
     """Build a store from its URL: ``dir:PATH``, ``memory:`` or
     ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
     if url.startswith("dir:"):

@@ -17,11 +17,15 @@ import builtins
 import heapq
 import os
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from weaseldb.blobstore import AlreadyExists, NotFound
 
 _SPLIT = 16
+T = TypeVar("T")
 
 
 def _is_number(name: str) -> bool:
@@ -33,9 +37,15 @@ def _is_split_dir(name: str) -> bool:
 
 
 class DirectoryStore:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, threads: int = 32) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        # Writes block in fsync; give them their own pool so a burst of batches does not
+        # queue behind asyncio's small default executor.
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dirstore")
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _path(self, key: str) -> Path:
         if not key or key.startswith("/") or ".." in key.split("/"):
@@ -46,22 +56,22 @@ class DirectoryStore:
         return self.root / head / last if head else self.root / last
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._put_if_absent, self._path(key), data)
+        await self._run(self._put_if_absent, self._path(key), data)
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._replace, self._path(key), data)
+        await self._run(self._replace, self._path(key), data)
 
     async def get(self, key: str) -> bytes:
-        return await asyncio.to_thread(self._read, self._path(key), key)
+        return await self._run(self._read, self._path(key), key)
 
     async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
-        return await asyncio.to_thread(self._list, prefix, start_after, limit)
+        return await self._run(self._list, prefix, start_after, limit)
 
     async def delete(self, key: str) -> None:
-        await asyncio.to_thread(self._delete, self._path(key))
+        await self._run(self._delete, self._path(key))
 
     async def close(self) -> None:
-        return None
+        self._pool.shutdown(wait=True)
 
     # Blocking helpers, run in a worker thread.
 

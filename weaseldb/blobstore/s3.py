@@ -19,8 +19,10 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError as BotoConnectionError,
     HTTPClientError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
 )
 
 from weaseldb.blobstore import AlreadyExists, BlobError, NotFound, TransientError
@@ -43,7 +45,7 @@ def _translate(error: Exception, key: str) -> BlobError:
         status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
         if status == 412 or code == "PreconditionFailed":
             return AlreadyExists(key)
-        if code in ("NoSuchKey", "404") or status == 404 and code != "NoSuchBucket":
+        if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
             return NotFound(key)
         if status >= 500 or code in _TRANSIENT_CODES:
             return TransientError(f"{key}: {code or status}")

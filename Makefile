@@ -47,5 +47,8 @@ bench: install
 	$(PY) bench/bench_resolver.py --out bench/results/resolver.json
 	$(PY) bench/bench_commit.py --out bench/results/commit.json
 
+# Kubernetes targets (operator image, dev-cluster, ...) live with the operator.
+-include operator/operator.mk
+
 clean:
 	rm -rf $(VENV) run data .pytest_cache .mypy_cache .ruff_cache

@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--run-dir", help="directory for the ring's sockets (keep it short)")
     up.add_argument("--workers", type=int, help="gateway worker processes")
 
+    operator = commands.add_parser("operator", help="run the Kubernetes operator (kopf)")
+    operator.add_argument("--namespace", help="watch only this namespace (default: all)")
+
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
     service.add_argument("name", choices=STAGES)
     service.add_argument("--config", required=True)
@@ -134,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             return cmd_up(args)
+        if args.command == "operator":
+            from weaseldb_operator.main import run_operator
+
+            return run_operator(namespace=args.namespace)
         return cmd_service(args)
     except ConfigError as e:
         print(f"weaseldb: {e}", file=sys.stderr)

@@ -1,0 +1,1 @@
+"""WeaselDB Kubernetes operator (kopf)."""

@@ -1,0 +1,1 @@
+"""WeaselDB compaction job (PySpark)."""

@@ -18,6 +18,7 @@ from services.persister.engine import Engine
 from services.persister.leadership import LostClaim, OpenedTerm, claim, open_term
 from services.persister.release import Slot
 from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
 from weaseldb.protocol import (
     CommitEntry,
@@ -43,6 +44,11 @@ TERM = Gauge("weaseldb_term", "Term this process set leads (0 when not leading)"
 IN_FLIGHT = Gauge("weaseldb_persister_in_flight", "Batch PUTs in flight (incl. backoff)")
 BATCHES = Counter("weaseldb_persister_batches_total", "Data batches made durable and released")
 PUTS = Counter("weaseldb_persister_puts_total", "Batch PUT attempts")
+STORE_REQUESTS = Counter(
+    "weaseldb_store_requests_total",
+    "Object-store requests by operation and key area",
+    ["op", "area"],
+)
 
 
 def new_leader_id(pod_name: str) -> str:
@@ -224,7 +230,8 @@ class PersisterStage:
 
 
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
-    stage = PersisterStage(config, ring, store)
+    metered = MeteredStore(store, lambda op, area: STORE_REQUESTS.labels(op, area).inc())
+    stage = PersisterStage(config, ring, metered)
     app = stage_app("persister", stage.health)
 
     @app.post("/promote", tags=["operations"], summary="Let a standby claim the next term")

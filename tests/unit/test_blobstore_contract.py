@@ -1,5 +1,4 @@
-"""One contract for every blob store. The S3 store runs the same suite against MinIO
-(tests/integration/test_s3_store.py)."""
+"""One contract for every blob store: memory, directory, and S3 against a real MinIO."""
 
 from __future__ import annotations
 
@@ -10,17 +9,24 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.support.minio import MinioServer
 from weaseldb import layout
-from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound
+from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound, open_store
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.blobstore.memory import MemoryStore
 
 T = TypeVar("T")
 
 
-@pytest.fixture(params=["memory", "dir"])
+@pytest.fixture(params=["memory", "dir", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
-    yield MemoryStore() if request.param == "memory" else DirectoryStore(tmp_path / "store")
+    if request.param == "memory":
+        yield MemoryStore()
+    elif request.param == "dir":
+        yield DirectoryStore(tmp_path / "store")
+    else:
+        minio: MinioServer = request.getfixturevalue("minio")
+        yield open_store(minio.store_url(minio.new_bucket(), "db"))
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

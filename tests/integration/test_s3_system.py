@@ -1,0 +1,192 @@
+"""The process set on a real MinIO: persistence, fencing, crashes and outages (slow tier)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.load import Load
+from tests.support.minio import MinioServer
+from tests.support.tcpproxy import DelayProxy
+from weaseldb import batchfile, history
+from weaseldb.blobstore import open_store
+from weaseldb.recovery import read_batch, valid_flags
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
+        time.sleep(0.05)
+
+
+def valid_log(url: str) -> dict[str, int]:
+    async def read() -> dict[str, int]:
+        store = open_store(url)
+        try:
+            transactions = await history.committed_transactions(store)
+        finally:
+            await store.close()
+        versions = [t.version for t in transactions]
+        assert versions == sorted(set(versions)), "a version was used twice in the valid log"
+        return {t.request_id: t.version for t in transactions}
+
+    return asyncio.run(read())
+
+
+def all_batches(url: str) -> list[batchfile.Batch]:
+    async def read() -> list[batchfile.Batch]:
+        store = open_store(url)
+        try:
+            return [await read_batch(store, n) for n in await history.all_batch_numbers(store)]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def metric(port: int, name: str, labels: str = "") -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    pattern = rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+]+)$"
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def s3_set(url: str, run_dir: Path, port: int | None = None) -> ProcessSet:
+    return ProcessSet(url, port or free_port_block(), run_dir)
+
+
+def test_commits_survive_restart_and_recovery_lists_batches_once(
+    minio: MinioServer, run_dir: Path
+) -> None:
+    url = minio.store_url(minio.new_bucket())
+    first = s3_set(url, run_dir).start()
+    load = Load(first.url, concurrency=16).start()
+    wait_for(lambda: len(load.acknowledged) >= 200, what="200 commits")
+    load.stop()
+    assert first.stop() == 0
+
+    second = s3_set(url, run_dir, first.port).start()
+    try:
+        persister = second.port + 3
+        assert (
+            metric(persister, "weaseldb_store_requests_total", '{area="batches/",op="list"}') == 1
+        )
+        assert metric(persister, "weaseldb_store_requests_total", '{area="terms/",op="list"}') == 1
+        log = valid_log(url)
+        assert all(log.get(r) == v for r, v in load.acknowledged.items())
+        answer = httpx.post(
+            f"{second.url}/v1/commit",
+            json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+        ).json()
+        assert answer["version"] > max(load.acknowledged.values())
+    finally:
+        assert second.stop() == 0
+
+
+def test_split_brain_one_leader_survives_and_nothing_acknowledged_is_lost(
+    minio: MinioServer,
+) -> None:
+    url = minio.store_url(minio.new_bucket())
+    a = s3_set(url, short_run_dir()).start()
+    load_a = Load(a.url, concurrency=16).start()
+    wait_for(lambda: len(load_a.acknowledged) >= 100, what="A's first commits")
+    b = s3_set(url, short_run_dir()).start()  # claims the next term while A is writing
+    load_b = Load(b.url, concurrency=16).start()
+    try:
+        assert a.process is not None
+        wait_for(lambda: a.process.poll() is not None, what="A deposed")
+        assert a.process.returncode != 0
+        wait_for(lambda: len(load_b.acknowledged) >= 100, what="B's commits")
+    finally:
+        load_a.stop()
+        load_b.stop()
+    assert httpx.get(f"{b.url}/readyz").status_code == 200
+
+    log = valid_log(url)
+    acknowledged = {**load_a.acknowledged, **load_b.acknowledged}
+    lost = {r: v for r, v in acknowledged.items() if log.get(r) != v}
+    assert not lost, f"acknowledged but not in the valid log: {len(lost)}"
+    assert set(load_a.acknowledged.values()).isdisjoint(load_b.acknowledged.values())
+
+    batches = all_batches(url)
+    valid = {b.batch for b in history_valid(batches)}
+    void = [x for x in batches if x.batch not in valid]
+    assert all(t.request_id not in acknowledged for x in void for t in x.transactions)
+    assert b.stop() == 0
+
+
+def history_valid(batches: list[batchfile.Batch]) -> list[batchfile.Batch]:
+    return [x for x, ok in zip(batches, valid_flags([x.term for x in batches]), strict=True) if ok]
+
+
+def test_sigkill_persister_with_many_batches_in_flight(minio: MinioServer, run_dir: Path) -> None:
+    bucket = minio.new_bucket()
+    proxy = DelayProxy(minio.port, delay_s=0.3).start()  # every S3 answer takes 300 ms
+    slow_url = f"s3://{bucket}/db?endpoint=http://127.0.0.1:{proxy.port}&region=us-east-1"
+    fast_url = minio.store_url(bucket)
+    try:
+        cluster = s3_set(slow_url, run_dir).start(timeout=180)
+        load = Load(cluster.url, concurrency=48).start()
+        persister = cluster.port + 3
+        wait_for(
+            lambda: metric(persister, "weaseldb_persister_in_flight") >= 10, what="10 in flight"
+        )
+        acknowledged_before = len(load.acknowledged)
+        os.kill(cluster.service_pid("persister"), signal.SIGKILL)
+        assert cluster.process is not None
+        assert cluster.process.wait(30) != 0
+        load.stop()
+    finally:
+        proxy.stop()
+    assert acknowledged_before > 0 and len(load.acknowledged) >= acknowledged_before
+
+    restarted = s3_set(fast_url, run_dir, cluster.port).start()
+    try:
+        port = restarted.port + 3
+        assert metric(port, "weaseldb_store_requests_total", '{area="batches/",op="list"}') == 1
+        log = valid_log(fast_url)
+        lost = {r: v for r, v in load.acknowledged.items() if log.get(r) != v}
+        assert not lost
+    finally:
+        assert restarted.stop() == 0
+
+
+def test_store_outage_fails_cleanly_and_the_set_recovers(minio: MinioServer, run_dir: Path) -> None:
+    own = MinioServer(minio.binary).start()  # a server of our own to stop and start
+    try:
+        url = own.store_url(own.new_bucket())
+        cluster = s3_set(url, run_dir).start()
+        load = Load(cluster.url, concurrency=16).start()
+        wait_for(lambda: len(load.acknowledged) >= 100, what="commits before the outage")
+        own.stop()
+        assert cluster.process is not None
+        wait_for(lambda: cluster.process.poll() is not None, timeout=90, what="leader exit")
+        assert cluster.process.returncode != 0
+        load.stop()
+        assert set(load.errors) <= {0, 503}, f"unexpected answers during the outage: {load.errors}"
+
+        own.start()
+        restarted = s3_set(url, run_dir, cluster.port).start()
+        try:
+            log = valid_log(url)
+            assert all(log.get(r) == v for r, v in load.acknowledged.items())
+            after = httpx.post(
+                f"{restarted.url}/v1/commit",
+                json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+            ).json()
+            assert after["status"] == "committed"
+        finally:
+            assert restarted.stop() == 0
+    finally:
+        own.destroy()

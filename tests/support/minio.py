@@ -49,13 +49,26 @@ class MinioServer:
     def start(self) -> MinioServer:
         if not self.port:
             self.port = free_port_block(2)
-        env = {**os.environ, "MINIO_ROOT_USER": ACCESS_KEY, "MINIO_ROOT_PASSWORD": SECRET_KEY,
-               "MINIO_BROWSER": "off"}
+        env = {
+            **os.environ,
+            "MINIO_ROOT_USER": ACCESS_KEY,
+            "MINIO_ROOT_PASSWORD": SECRET_KEY,
+            "MINIO_BROWSER": "off",
+        }
         self.process = subprocess.Popen(
-            [str(self.binary), "server", str(self.data_dir), "--quiet",
-             "--address", f"127.0.0.1:{self.port}",
-             "--console-address", f"127.0.0.1:{self.port + 1}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(self.binary),
+                "server",
+                str(self.data_dir),
+                "--quiet",
+                "--address",
+                f"127.0.0.1:{self.port}",
+                "--console-address",
+                f"127.0.0.1:{self.port + 1}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self._wait_ready()
         return self

@@ -1,0 +1,206 @@
+"""Deterministic simulation of the persister against an in-memory store.
+
+Hypothesis drives a state machine: commits arrive, the store answers PUTs in any order with
+success, 5xx, 409 ConditionalRequestConflict, or a lost answer after the object landed, and
+the leader crashes with PUTs in flight (each in-flight PUT may or may not land). After every
+step: answers were released in version order with no gap, everything released is in the
+valid log, the in-flight limit holds, and a recovery from the store never goes below what
+was released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from services.persister.engine import Engine
+from services.persister.leadership import OpenedTerm, claim, open_term
+from services.persister.release import Slot
+from weaseldb import batchfile, history, layout, recovery
+from weaseldb.blobstore import AlreadyExists, TransientError
+from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.config import PersisterConfig
+from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
+
+CONFIG = PersisterConfig(
+    batch_timeout_ms=0.1, retry_base_delay_ms=0.1, max_retry_attempts=3, max_in_flight_requests=4
+)
+
+
+@dataclass
+class PendingPut:
+    key: str
+    data: bytes
+    answer: asyncio.Future[str]
+
+
+class ScriptedStore(MemoryStore):
+    """PUTs wait until the test answers them; everything else is immediate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[PendingPut] = []
+        self.automatic = True
+
+    async def put_if_absent(self, key: str, data: bytes) -> None:
+        if self.automatic:
+            await super().put_if_absent(key, data)
+            return
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending.append(PendingPut(key, data, answer))
+        outcome = await answer
+        if outcome == "lands":
+            await super().put_if_absent(key, data)
+        elif outcome == "lands-answer-lost":
+            if key not in self.objects:
+                await super().put_if_absent(key, data)
+            raise TransientError("connection reset after the object was stored")
+        elif outcome in ("5xx", "409"):
+            raise TransientError(outcome)
+
+    def answer(self, index: int, outcome: str) -> None:
+        put = self.pending.pop(index % len(self.pending))
+        if outcome == "lands" and put.key in self.objects:
+            put.answer.set_exception(AlreadyExists(put.key))
+        else:
+            put.answer.set_result(outcome)
+
+
+class PersisterSimulation(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.store = ScriptedStore()
+        self.next_version = 1
+        self.released: list[int] = []  # versions answered committed, in answer order
+        self.failed: set[int] = set()
+        self.engine: Engine | None = None
+        self.term: OpenedTerm | None = None
+        self.decoded: dict[int, batchfile.Batch] = {}
+
+    def teardown(self) -> None:
+        self._stop_tasks()
+        self.loop.close()
+
+    def _stop_tasks(self) -> None:
+        for put in self.store.pending:
+            put.answer.cancel()
+        self.store.pending.clear()
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def run(self, seconds: float = 0.002) -> None:
+        self.loop.run_until_complete(asyncio.sleep(seconds))
+
+    @initialize()
+    def lead(self) -> None:
+        self.store.automatic = True
+
+        async def become_leader() -> OpenedTerm:
+            claimed = await claim(self.store, leader_id="sim", pod_name="sim", config=CONFIG)
+            return await open_term(self.store, claimed, CONFIG)
+
+        self.term = self.loop.run_until_complete(become_leader())
+        self.next_version = max(self.next_version, self.term.last_version + 1)
+        self.engine = Engine(
+            self.store, CONFIG, self.term, on_release=self._released, on_fail=self._failed
+        )
+        self.store.automatic = False
+
+    def _released(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            for entry in slot.riders:
+                if isinstance(entry, CommitEntry):
+                    self.released.append(entry.version)
+
+    def _failed(self, entries: list[RingEntry], error: BaseException) -> None:
+        self.failed.update(e.version for e in entries if isinstance(e, CommitEntry))
+
+    @rule(count=st.integers(1, 5))
+    def commits_arrive(self, count: int) -> None:
+        assert self.engine is not None
+        entries: list[RingEntry] = []
+        for _ in range(count):
+            entry = CommitEntry(
+                0,
+                self.next_version,
+                f"sim-{self.next_version:016d}",
+                [],
+                [Write(b"k%d" % (self.next_version % 7), b"v")],
+            )
+            entry.state, entry.version = CommitState.ACCEPTED, self.next_version
+            self.next_version += 1
+            entries.append(entry)
+        engine = self.engine
+
+        async def arrive() -> None:
+            engine.submit(entries)
+            await asyncio.sleep(0.002)
+
+        self.loop.run_until_complete(arrive())
+
+    @precondition(lambda self: bool(self.store.pending))
+    @rule(
+        index=st.integers(0, 50),
+        outcome=st.sampled_from(["lands", "lands", "lands", "5xx", "409", "lands-answer-lost"]),
+    )
+    def store_answers(self, index: int, outcome: str) -> None:
+        self.store.answer(index, outcome)
+        self.run()
+
+    @rule(landing=st.lists(st.booleans(), max_size=8))
+    def crash_and_recover(self, landing: list[bool]) -> None:
+        """The process dies: in-flight PUTs land or not, then a new leader recovers."""
+        for i, put in enumerate(list(self.store.pending)):
+            if (landing[i] if i < len(landing) else False) and put.key not in self.store.objects:
+                self.loop.run_until_complete(
+                    MemoryStore.put_if_absent(self.store, put.key, put.data)
+                )
+        self._stop_tasks()
+        self.check_recovery()
+        self.lead()
+
+    def check_recovery(self) -> None:
+        found = self.loop.run_until_complete(recovery.recover(self.store, prior_term=None))
+        if self.released:
+            assert found.last_version >= max(self.released)
+
+    @invariant()
+    def released_in_order_without_gaps(self) -> None:
+        assert self.released == sorted(self.released)
+        assert len(set(self.released)) == len(self.released)
+        assert not self.failed & set(self.released)
+
+    @invariant()
+    def released_is_durable_and_valid(self) -> None:
+        numbers = self.loop.run_until_complete(history.all_batch_numbers(self.store))
+        gapless = [n for i, n in enumerate(numbers) if n == numbers[0] - i]
+        batches = [self._decoded(n) for n in gapless]
+        flags = recovery.valid_flags([b.term for b in batches])
+        durable = {
+            t.version for b, ok in zip(batches, flags, strict=True) if ok for t in b.transactions
+        }
+        assert set(self.released) <= durable
+
+    def _decoded(self, number: int) -> batchfile.Batch:
+        if number not in self.decoded:  # batches are immutable once written
+            self.decoded[number] = batchfile.decode(self.store.objects[layout.batch_key(number)])
+        return self.decoded[number]
+
+    @invariant()
+    def in_flight_limit_holds(self) -> None:
+        if self.engine is not None:
+            assert self.engine.in_flight <= CONFIG.max_in_flight_requests
+
+
+PersisterSimulation.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=25, deadline=None
+)
+TestPersisterSimulation = PersisterSimulation.TestCase

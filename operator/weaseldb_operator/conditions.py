@@ -1,0 +1,207 @@
+"""Status conditions: every type and reason is declared here, once, with who sets it and
+what it means. docs/operator.md carries `markdown_table()` verbatim, and a test keeps the
+two equal.
+
+Pure: `merged` computes the new `status.conditions` list; callers write it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Type(StrEnum):
+    READY = "Ready"
+    LEADER_ELECTED = "LeaderElected"
+    DEGRADED = "Degraded"
+    COMPACTION_HEALTHY = "CompactionHealthy"
+
+
+class Reason(StrEnum):
+    SERVING = "Serving"
+    RECONCILING = "Reconciling"
+    INVALID_SPEC = "InvalidSpec"
+    NO_LEADER = "NoLeader"
+    LEADER_READY = "LeaderReady"
+    NO_CLAIM = "NoClaim"
+    LEADER_NOT_READY = "LeaderNotReady"
+    LEADER_POD_MISSING = "LeaderPodMissing"
+    FAILING_OVER = "FailingOver"
+    NO_STANDBY = "NoStandby"
+    STORE_UNREACHABLE = "StoreUnreachable"
+    AS_EXPECTED = "AsExpected"
+    STANDBYS_MISSING = "StandbysMissing"
+    NOT_CONFIGURED = "NotConfigured"
+
+
+RECONCILER = "reconciler (on create, update, resume)"
+OBSERVER = "leadership observer (every few seconds)"
+
+
+@dataclass(frozen=True)
+class Row:
+    type: Type
+    status: str
+    reason: Reason
+    set_by: str
+    meaning: str
+
+
+ROWS: tuple[Row, ...] = (
+    Row(
+        Type.READY,
+        "True",
+        Reason.SERVING,
+        OBSERVER,
+        "The leader pod is Ready; the gateway Service routes to it.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.RECONCILING,
+        RECONCILER,
+        "Objects were applied for this generation; waiting for a leader.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.INVALID_SPEC,
+        RECONCILER,
+        "The spec cannot run; the message names the field. Fix the spec.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.NO_LEADER,
+        OBSERVER,
+        "No Ready pod holds the newest term; see LeaderElected for why.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "True",
+        Reason.LEADER_READY,
+        OBSERVER,
+        "The newest claim under PREFIX/terms/ names a Ready pod of this database.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.NO_CLAIM,
+        OBSERVER,
+        "No term was claimed yet; pods claim one when they start.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.LEADER_NOT_READY,
+        OBSERVER,
+        "The claiming pod exists but is not Ready; failover after leaderFailoverSeconds.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.LEADER_POD_MISSING,
+        OBSERVER,
+        "The claiming pod does not exist; failover after leaderFailoverSeconds.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.FAILING_OVER,
+        OBSERVER,
+        "The operator asked a standby to claim the next term (POST /promote).",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.NO_STANDBY,
+        OBSERVER,
+        "Failover is due but no pod answers as a standby; check the pods or add replicas.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "Unknown",
+        Reason.STORE_UNREACHABLE,
+        OBSERVER,
+        "The term claims could not be read; the message has the store error.",
+    ),
+    Row(
+        Type.DEGRADED,
+        "False",
+        Reason.AS_EXPECTED,
+        OBSERVER,
+        "A leader serves and every other replica runs as a standby.",
+    ),
+    Row(
+        Type.DEGRADED,
+        "True",
+        Reason.STANDBYS_MISSING,
+        OBSERVER,
+        "Fewer live standbys than replicas - 1, or no leader.",
+    ),
+    Row(
+        Type.DEGRADED,
+        "True",
+        Reason.STORE_UNREACHABLE,
+        OBSERVER,
+        "The object store could not be read.",
+    ),
+    Row(
+        Type.DEGRADED,
+        "True",
+        Reason.INVALID_SPEC,
+        RECONCILER,
+        "The spec cannot run; nothing was changed in the cluster.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "Unknown",
+        Reason.NOT_CONFIGURED,
+        RECONCILER,
+        "spec.compaction is not acted on yet (compaction issue).",
+    ),
+)
+
+
+def markdown_table() -> str:
+    lines = ["| type | status | reason | set by | meaning |", "|---|---|---|---|---|"]
+    lines += [f"| {r.type} | {r.status} | {r.reason} | {r.set_by} | {r.meaning} |" for r in ROWS]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: Type
+    status: str
+    reason: Reason
+    message: str
+
+    def __post_init__(self) -> None:
+        if not any(
+            (r.type, r.status, r.reason) == (self.type, self.status, self.reason) for r in ROWS
+        ):
+            raise ValueError(f"undeclared condition {self.type}={self.status}/{self.reason}")
+
+
+def merged(
+    current: list[dict[str, Any]], updates: list[Condition], *, now: str, generation: int
+) -> list[dict[str, Any]]:
+    """`current` with `updates` applied; lastTransitionTime moves only when status changes."""
+    by_type = {c.get("type"): dict(c) for c in current}
+    for update in updates:
+        old = by_type.get(update.type, {})
+        changed = old.get("status") != update.status
+        by_type[update.type] = {
+            "type": str(update.type),
+            "status": update.status,
+            "reason": str(update.reason),
+            "message": update.message,
+            "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
+            "observedGeneration": generation,
+        }
+    order = [str(t) for t in Type]
+    return sorted(
+        by_type.values(), key=lambda c: order.index(c["type"]) if c["type"] in order else len(order)
+    )

@@ -1,0 +1,154 @@
+"""kopf wiring: thin handlers around the pure builders (resources.py), the condition
+table (conditions.py) and the leadership loop (observer.py).
+
+- create / update / resume: apply every child with server-side apply, drop the PDB when
+  there is a single replica, record observedGeneration and conditions.
+- delete: only resources with `deletionPolicy: Delete` get a finalizer (and so this
+  handler); it empties the prefix. Children go with Kubernetes' garbage collector
+  (owner references), so a Retain database never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+
+from weaseldb.blobstore import BlobError
+from weaseldb_operator import conditions
+from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.observer import Observer, now_iso
+from weaseldb_operator.resources import children_for, pdb_for
+from weaseldb_operator.spec import API_GROUP, API_VERSION, KIND, PLURAL, SpecError, database_from
+from weaseldb_operator.storage import Stores, purge
+
+VERSION = API_VERSION.split("/")[1]
+#: The only finalizer the operator sets, and only with `deletionPolicy: Delete`.
+FINALIZER = "weaseldb.io/delete-data"
+PURGE_TIMEOUT_S = 600
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    settings.peering.standalone = True
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 60
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure(settings)
+    memo.kube = Kube.from_environment(settings)
+    observer = Observer(memo.kube, memo.get("namespace"))
+    memo.observer = asyncio.create_task(observer.run(), name="weaseldb-leadership")
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    task: asyncio.Task[None] = memo.observer
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await memo.kube.close()
+
+
+def _status_path(namespace: str, name: str) -> str:
+    return path_for(API_VERSION, KIND, namespace, name) + "/status"
+
+
+async def _set_conditions(
+    kube: Kube, body: kopf.Body, updates: list[Condition], extra: dict[str, Any]
+) -> None:
+    meta = body["metadata"]
+    merged = conditions.merged(
+        list(body.get("status", {}).get("conditions") or []),
+        updates,
+        now=now_iso(),
+        generation=int(meta.get("generation", 0)),
+    )
+    await kube.merge_patch(
+        _status_path(meta["namespace"], meta["name"]), {"status": {"conditions": merged, **extra}}
+    )
+
+
+async def _reject(kube: Kube, body: kopf.Body, error: SpecError) -> None:
+    message = f"{error}; fix the spec, nothing was changed in the cluster"
+    await _set_conditions(
+        kube,
+        body,
+        [
+            Condition(Type.READY, "False", Reason.INVALID_SPEC, message),
+            Condition(Type.DEGRADED, "True", Reason.INVALID_SPEC, message),
+        ],
+        {},
+    )
+
+
+@kopf.on.resume(API_GROUP, VERSION, PLURAL)
+@kopf.on.create(API_GROUP, VERSION, PLURAL)
+@kopf.on.update(API_GROUP, VERSION, PLURAL, field="spec")
+async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    kube: Kube = memo.kube
+    try:
+        db = database_from(dict(body))
+    except SpecError as e:
+        await _reject(kube, body, e)
+        raise kopf.PermanentError(str(e)) from e
+    try:
+        for child in children_for(db):
+            await kube.apply(child)
+        if pdb_for(db) is None:
+            await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
+    except KubeError as e:
+        raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
+    updates = [
+        Condition(
+            Type.COMPACTION_HEALTHY,
+            "Unknown",
+            Reason.NOT_CONFIGURED,
+            "compaction is not managed by this operator version",
+        )
+    ]
+    ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
+    if not ready or ready[0]["status"] != "True":
+        updates.append(
+            Condition(
+                Type.READY,
+                "False",
+                Reason.RECONCILING,
+                f"applied generation {db.generation}; waiting for a leader",
+            )
+        )
+    await _set_conditions(
+        kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
+    )
+    logger.info("applied %d objects for generation %d", len(children_for(db)), db.generation)
+
+
+def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("deletionPolicy") == "Delete")
+
+
+@kopf.on.delete(API_GROUP, VERSION, PLURAL, when=_deletes_data, timeout=PURGE_TIMEOUT_S)
+async def delete_data(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+    try:
+        db = database_from(dict(body))
+    except SpecError as e:
+        logger.error("not deleting data: %s", e)
+        return
+    stores = Stores()
+    try:
+        count = await purge(stores.get(db.storage))
+    except (BlobError, OSError) as e:
+        raise kopf.TemporaryError(f"deleting {db.storage.url}: {e}", delay=15) from e
+    finally:
+        await stores.close()
+    logger.info("deleted %d objects under %s", count, db.storage.url.split("?")[0])

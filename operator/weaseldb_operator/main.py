@@ -1,0 +1,26 @@
+"""`weaseldb operator [--namespace NS]`: run the operator against the current kubeconfig
+(or the pod's service account in a cluster)."""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+
+#: When set (the chart sets http://0.0.0.0:8080/healthz), kopf serves a liveness probe there.
+HEALTH_ENV = "WEASELDB_OPERATOR_HEALTH"
+
+
+def run_operator(namespace: str | None = None) -> int:
+    from weaseldb_operator import handlers  # noqa: F401 - importing registers the handlers
+
+    memo = kopf.Memo(namespace=namespace)
+    kopf.run(
+        registry=kopf.get_default_registry(),
+        standalone=True,
+        clusterwide=namespace is None,
+        namespaces=[namespace] if namespace else [],
+        liveness_endpoint=os.environ.get(HEALTH_ENV) or None,
+        memo=memo,
+    )
+    return 0

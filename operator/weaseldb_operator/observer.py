@@ -1,0 +1,247 @@
+"""The leadership loop: every few seconds, for each WeaselDB, observe (claim, pods), decide
+(leadership.decide), act (labels, promotion, status).
+
+It is a plain asyncio task started with the operator, not a kopf timer: kopf puts a
+finalizer on every resource that has a timer or daemon, and a finalizer on every
+database would block each deletion while the operator is down (docs/operator.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from typing import Any
+
+import aiohttp
+
+from weaseldb.blobstore import BlobError
+from weaseldb_operator import conditions
+from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.leadership import Claim, Decision, PodView, decide
+from weaseldb_operator.resources import ROLE_LABEL, selector_labels
+from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
+from weaseldb_operator.storage import Stores, newest_claim
+
+log = logging.getLogger("weaseldb.operator.observer")
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _ready_condition(pod: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
+    return found[0] if found else {}
+
+
+def pod_ip(pod: dict[str, Any]) -> str | None:
+    ip: str | None = pod.get("status", {}).get("podIP")
+    return ip
+
+
+def container_port(pod: dict[str, Any], name: str) -> int | None:
+    """The port the pod declares under `name` (the builders name ports after stages)."""
+    for container in pod.get("spec", {}).get("containers", []):
+        for port in container.get("ports", []):
+            if port.get("name") == name:
+                return int(port["containerPort"])
+    return None
+
+
+def stage_url(pod: dict[str, Any], stage: str) -> str | None:
+    ip, port = pod_ip(pod), container_port(pod, stage)
+    return f"http://{ip}:{port}" if ip and port else None
+
+
+class Observer:
+    def __init__(self, kube: Kube, namespace: str | None, interval: float = 2.0) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._interval = interval
+        self._stores = Stores()
+        self._http: aiohttp.ClientSession | None = None
+        self._missing_since: dict[tuple[str, str], float] = {}
+        self._promoted_at: dict[str, float] = {}
+
+    async def run(self) -> None:
+        self._http = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
+        try:
+            while True:
+                await self.observe_all()
+                await asyncio.sleep(self._interval)
+        finally:
+            await self._http.close()
+            await self._stores.close()
+
+    async def observe_all(self) -> None:
+        try:
+            bodies = await self._kube.list(path_for(API_VERSION, KIND, self._namespace))
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning("cannot list WeaselDBs: %s", e)
+            return
+        for body in bodies:
+            if body["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                await self.observe(body)
+            except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+                log.warning("%s: observation failed: %s", body["metadata"]["name"], e)
+
+    async def observe(self, body: dict[str, Any]) -> None:
+        try:
+            db = database_from(body)
+        except SpecError:
+            return  # the reconciler reported it (InvalidSpec)
+        try:
+            claim = await newest_claim(self._stores.get(db.storage))
+        except (BlobError, OSError) as e:
+            await self._write_status(db, body, None, [*_unreachable(db, e)], None)
+            return
+        pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
+        decision = self._decide(db, claim, pods, [await self._view(db, p) for p in pods])
+        await self._act(db, decision, pods)
+        version = await self._committed_version(decision, pods)
+        await self._write_status(db, body, decision, decision.conditions, version)
+
+    def _decide(
+        self, db: Database, claim: Claim | None, pods: list[dict[str, Any]], views: list[PodView]
+    ) -> Decision:
+        now = time.time()
+        missing_key = (db.uid, claim.key if claim else "")
+        exists = claim is not None and any(v.name == claim.pod for v in views)
+        if exists or claim is None:
+            self._missing_since.pop(missing_key, None)
+        else:
+            self._missing_since.setdefault(missing_key, now)
+        return decide(
+            claim,
+            views,
+            now=now,
+            failover_seconds=db.leader_failover_seconds,
+            replicas=db.replicas,
+            missing_since=self._missing_since.get(missing_key),
+        )
+
+    async def _view(self, db: Database, pod: dict[str, Any]) -> PodView:
+        ready = _ready_condition(pod)
+        is_ready = ready.get("status") == "True"
+        meta = pod["metadata"]
+        return PodView(
+            name=meta["name"],
+            ready=is_ready,
+            not_ready_since=None
+            if is_ready
+            else _epoch(ready.get("lastTransitionTime")) or _epoch(meta.get("creationTimestamp")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            standby=not is_ready and await self._is_standby(pod),
+            role=meta.get("labels", {}).get(ROLE_LABEL),
+        )
+
+    async def _is_standby(self, pod: dict[str, Any]) -> bool:
+        """The persister answers /readyz 503 with reason "standby: ..." while it waits."""
+        url = stage_url(pod, "persister")
+        if url is None or self._http is None:
+            return False
+        try:
+            async with self._http.get(f"{url}/readyz") as response:
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return False
+        return str(body.get("reason", "")).startswith("standby")
+
+    async def _act(self, db: Database, decision: Decision, pods: list[dict[str, Any]]) -> None:
+        for name, role in decision.labels.items():
+            path = path_for("v1", "Pod", db.namespace, name)
+            await self._kube.merge_patch(path, {"metadata": {"labels": {ROLE_LABEL: role}}})
+            log.info("%s/%s: pod %s labelled %s", db.namespace, db.name, name, role)
+        if decision.promote is not None:
+            await self._promote(db, decision.promote, pods)
+
+    async def _promote(self, db: Database, name: str, pods: list[dict[str, Any]]) -> None:
+        last = self._promoted_at.get(db.uid, 0.0)
+        if time.time() - last < db.leader_failover_seconds or self._http is None:
+            return  # one promotion per failover period; the standby's claim takes a moment
+        pod = next(p for p in pods if p["metadata"]["name"] == name)
+        url = stage_url(pod, "persister")
+        self._promoted_at[db.uid] = time.time()
+        log.warning("%s/%s: promoting standby %s (%s)", db.namespace, db.name, name, url)
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self._http.post(f"{url}/promote") as response:
+                log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)
+
+    async def _committed_version(
+        self, decision: Decision, pods: list[dict[str, Any]]
+    ) -> int | None:
+        if decision.leader is None or not decision.leader_ready or self._http is None:
+            return None
+        pod = next(p for p in pods if p["metadata"]["name"] == decision.leader.pod)
+        url = stage_url(pod, "gateway")
+        try:
+            async with self._http.get(f"{url}/v1/version") as response:
+                return int((await response.json(content_type=None))["version"])
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+            return None
+
+    async def _write_status(
+        self,
+        db: Database,
+        body: dict[str, Any],
+        decision: Decision | None,
+        updates: list[Condition],
+        version: int | None,
+    ) -> None:
+        status = body.get("status") or {}
+        wanted = status_for(db, status, decision, updates, version)
+        if all(status.get(k) == v for k, v in wanted.items()):
+            return
+        path = path_for(API_VERSION, KIND, db.namespace, db.name) + "/status"
+        await self._kube.merge_patch(path, {"status": wanted})
+
+
+def _leader_status(claim: Claim) -> dict[str, Any]:
+    since = datetime.datetime.fromtimestamp(claim.started_at_ms / 1000, datetime.UTC)
+    return {
+        "leaderId": claim.leader_id,
+        "pod": claim.pod,
+        "term": claim.term,
+        "termKey": claim.key,
+        "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def status_for(
+    db: Database,
+    current: dict[str, Any],
+    decision: Decision | None,
+    updates: list[Condition],
+    version: int | None,
+) -> dict[str, Any]:
+    """The status fields the observer owns (a merge patch leaves the others alone)."""
+    merged = conditions.merged(
+        current.get("conditions") or [], updates, now=now_iso(), generation=db.generation
+    )
+    wanted: dict[str, Any] = {"conditions": merged}
+    if decision is not None:
+        wanted["leader"] = _leader_status(decision.leader) if decision.leader else None
+    if version is not None:
+        wanted["committedVersion"] = version
+    return wanted
+
+
+def _unreachable(db: Database, error: Exception) -> list[Condition]:
+    message = f"cannot read {db.storage.url.split('?')[0]}/terms/: {error}"
+    return [
+        Condition(Type.LEADER_ELECTED, "Unknown", Reason.STORE_UNREACHABLE, message),
+        Condition(Type.DEGRADED, "True", Reason.STORE_UNREACHABLE, message),
+    ]

@@ -1,0 +1,259 @@
+"""Pure builders: a `Database` in, Kubernetes objects (plain dicts) out.
+
+Nothing here talks to a cluster; the reconciler applies what these return with
+server-side apply, so applying the same output twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from weaseldb_operator.spec import (
+    API_VERSION,
+    CONFIG_DIR,
+    KIND,
+    POD_NAME_PLACEHOLDER,
+    RUN_DIR,
+    STAGES,
+    Database,
+)
+
+ROLE_LABEL = "weaseldb.io/role"
+LEADER, STANDBY = "leader", "standby"
+CONFIG_HASH = "weaseldb.io/config-hash"
+CONFIG_FILE = "config.json"
+USER_ID = 10001
+
+
+def selector_labels(db: Database) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "weaseldb", "app.kubernetes.io/instance": db.name}
+
+
+def labels(db: Database) -> dict[str, str]:
+    return {**selector_labels(db), "app.kubernetes.io/managed-by": "weaseldb-operator"}
+
+
+def owner_reference(db: Database) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": db.name,
+        "uid": db.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(db: Database, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": db.namespace,
+        "labels": labels(db),
+        "ownerReferences": [owner_reference(db)],
+    }
+
+
+def config_name(db: Database) -> str:
+    return f"{db.name}-config"
+
+
+def headless_name(db: Database) -> str:
+    return f"{db.name}-pods"
+
+
+def config_json(db: Database) -> str:
+    return db.config.model_dump_json(indent=2)
+
+
+def config_hash(db: Database) -> str:
+    return hashlib.sha256(config_json(db).encode()).hexdigest()[:16]
+
+
+def configmap_for(db: Database) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(db, config_name(db)),
+        "data": {CONFIG_FILE: config_json(db)},
+    }
+
+
+def port_of(db: Database, stage: str) -> int:
+    port: int = getattr(db.config.ports, stage)
+    return port
+
+
+def _probe(db: Database, stage: str, path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port_of(db, stage)},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 2,
+    }
+
+
+SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _env(db: Database) -> dict[str, Any]:
+    env: dict[str, Any] = {"env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]}
+    if db.storage.credentials_secret:
+        env["envFrom"] = [{"secretRef": {"name": db.storage.credentials_secret}}]
+    return env
+
+
+def _volume_mounts() -> list[dict[str, Any]]:
+    return [{"name": "run", "mountPath": RUN_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+
+
+def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]:
+    """One ring container: `weaseldb service STAGE` on the rendered config."""
+    name = stage if worker == 0 else f"{stage}-{worker}"
+    container: dict[str, Any] = {
+        "name": name,
+        "image": db.image,
+        "imagePullPolicy": db.image_pull_policy,
+        "command": ["weaseldb", "service", stage, "--config", f"{RUN_DIR}/{CONFIG_FILE}"],
+        "readinessProbe": _probe(db, stage, "/readyz", period=2, failures=2),
+        "livenessProbe": _probe(db, stage, "/healthz", period=10, failures=3),
+        "resources": db.container_resources(stage),
+        "securityContext": SECURITY_CONTEXT,
+        "volumeMounts": _volume_mounts(),
+        **_env(db),
+    }
+    if stage == "gateway":
+        container["command"] += ["--worker", str(worker)]
+    if worker == 0:
+        container["ports"] = [{"name": stage, "containerPort": port_of(db, stage)}]
+    return container
+
+
+def render_config_container(db: Database) -> dict[str, Any]:
+    """Init container: the ConfigMap's template with this pod's name put in (downward API)."""
+    script = (
+        f'sed "s|{POD_NAME_PLACEHOLDER}|$POD_NAME|" {CONFIG_DIR}/{CONFIG_FILE}'
+        f" > {RUN_DIR}/{CONFIG_FILE}"
+    )
+    return {
+        "name": "render-config",
+        "image": db.image,
+        "imagePullPolicy": db.image_pull_policy,
+        "command": ["sh", "-c", script],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "securityContext": SECURITY_CONTEXT,
+        "volumeMounts": [*_volume_mounts(), {"name": "config", "mountPath": CONFIG_DIR}],
+    }
+
+
+def containers_for(db: Database) -> list[dict[str, Any]]:
+    gateways = [stage_container(db, "gateway", w) for w in range(db.config.gateway.workers)]
+    return gateways + [stage_container(db, stage) for stage in STAGES if stage != "gateway"]
+
+
+def pod_spec(db: Database) -> dict[str, Any]:
+    return {
+        "initContainers": [render_config_container(db)],
+        "containers": containers_for(db),
+        "volumes": [
+            {"name": "run", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "config", "configMap": {"name": config_name(db)}},
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": USER_ID,
+            "runAsGroup": USER_ID,
+            "fsGroup": USER_ID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": int(db.config.drain_timeout_s) + 15,
+        "enableServiceLinks": False,
+    }
+
+
+def statefulset_for(db: Database) -> dict[str, Any]:
+    """Pods that each run the whole ring; the config hash in the template rolls them when
+    the configuration changes."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(db, db.name),
+        "spec": {
+            "replicas": db.replicas,
+            "serviceName": headless_name(db),
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(db)},
+            "template": {
+                "metadata": {"labels": labels(db), "annotations": {CONFIG_HASH: config_hash(db)}},
+                "spec": pod_spec(db),
+            },
+        },
+    }
+
+
+def gateway_service_for(db: Database) -> dict[str, Any]:
+    """The client endpoint: selects only the pod the operator labelled leader."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(db, db.name),
+        "spec": {
+            "type": db.gateway_service_type,
+            "selector": {**selector_labels(db), ROLE_LABEL: LEADER},
+            "ports": [{"name": "http", "port": port_of(db, "gateway"), "targetPort": "gateway"}],
+        },
+    }
+
+
+def headless_service_for(db: Database) -> dict[str, Any]:
+    """Stable pod DNS names and every pod's ports, Ready or not (standbys never are)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(db, headless_name(db)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(db),
+            "ports": [{"name": s, "port": port_of(db, s), "targetPort": s} for s in STAGES],
+        },
+    }
+
+
+def pdb_for(db: Database) -> dict[str, Any] | None:
+    """At most one pod down by choice at a time; none for a single replica (it would block
+    every node drain). Standbys are never Ready, so they may always be evicted."""
+    if db.replicas < 2:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(db, db.name),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(db)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def children_for(db: Database) -> list[dict[str, Any]]:
+    """Everything a database owns, in apply order."""
+    built = [
+        configmap_for(db),
+        headless_service_for(db),
+        gateway_service_for(db),
+        statefulset_for(db),
+        pdb_for(db),
+    ]
+    return [obj for obj in built if obj is not None]
+
+
+def canonical(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, sort_keys=True)

@@ -1,0 +1,160 @@
+"""A WeaselDB resource as the operator sees it: the custom resource's spec, read once into
+frozen dataclasses, and the pipeline configuration the pods get.
+
+Pure: no kopf, no Kubernetes client. The API server already applied the CRD schema's
+defaults and ranges; what it cannot check (the configuration as a whole) is checked here
+by the core's own validation, so a spec the services would refuse is refused up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from weaseldb.config import Config, ConfigError, build
+
+API_GROUP = "weaseldb.io"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "WeaselDB"
+PLURAL = "weaseldbs"
+
+#: Where the pods mount the shared emptyDir (ring sockets, rendered config); kept short
+#: because ipc:// socket paths are limited to about 107 bytes.
+RUN_DIR = "/run/weasel"
+#: Where the ConfigMap is mounted; the template there has POD_NAME_PLACEHOLDER in it.
+CONFIG_DIR = "/etc/weaseldb"
+POD_NAME_PLACEHOLDER = "@POD_NAME@"
+STAGES = ("gateway", "sequencer", "resolver", "persister")
+
+#: spec section -> (config section, {camelCase field: config field})
+_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {
+    "pipeline": (
+        "persister",
+        {
+            "batchTimeoutMs": "batch_timeout_ms",
+            "batchSizeThreshold": "batch_size_threshold",
+            "maxInFlightRequests": "max_in_flight_requests",
+            "targetPoolSize": "target_pool_size",
+            "maxRetryAttempts": "max_retry_attempts",
+            "retryBaseDelayMs": "retry_base_delay_ms",
+        },
+    ),
+    "resolver": (
+        "resolver",
+        {
+            "windowSeconds": "window_seconds",
+            "windowVersions": "window_versions",
+        },
+    ),
+    "gateway": (
+        "gateway",
+        {
+            "maxBodyBytes": "max_body_bytes",
+            "maxKeyBytes": "max_key_bytes",
+            "maxValueBytes": "max_value_bytes",
+            "maxItems": "max_items",
+            "commitTimeoutSeconds": "commit_timeout_s",
+            "workers": "workers",
+        },
+    ),
+}
+
+
+class SpecError(ValueError):
+    """The spec cannot be turned into a working database; the message says which field."""
+
+
+@dataclass(frozen=True)
+class Storage:
+    bucket: str
+    prefix: str
+    endpoint: str = ""
+    region: str = "us-east-1"
+    credentials_secret: str = ""
+
+    @property
+    def url(self) -> str:
+        """The store URL the services and the operator open (see weaseldb.blobstore)."""
+        query = {"endpoint": self.endpoint, "region": self.region}
+        return (
+            f"s3://{self.bucket}/{self.prefix}?{urlencode({k: v for k, v in query.items() if v})}"
+        )
+
+
+@dataclass(frozen=True)
+class Database:
+    """One WeaselDB resource: identity, spec and the validated pipeline configuration."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    replicas: int
+    image: str
+    image_pull_policy: str
+    deletion_policy: str
+    leader_failover_seconds: int
+    storage: Storage
+    config: Config
+    gateway_service_type: str
+    resources: dict[str, dict[str, Any]]
+
+    @property
+    def delete_data(self) -> bool:
+        return self.deletion_policy == "Delete"
+
+    def container_resources(self, stage: str) -> dict[str, Any]:
+        return dict(self.resources.get(stage) or self.resources.get("default") or {})
+
+
+def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
+    """The configuration every container reads (`weaseldb service NAME --config FILE`)."""
+    data: dict[str, Any] = {
+        "store": storage.url,
+        "run_dir": RUN_DIR,
+        "host": "0.0.0.0",
+        "pod_name": POD_NAME_PLACEHOLDER,
+    }
+    for section, (target, fields) in _SECTIONS.items():
+        values = spec.get(section) or {}
+        data[target] = {fields[k]: v for k, v in values.items() if k in fields}
+    try:
+        return build(data)
+    except ConfigError as e:
+        raise SpecError(str(e)) from e
+
+
+def _storage(spec: dict[str, Any]) -> Storage:
+    raw = spec.get("storage") or {}
+    missing = [k for k in ("bucket", "prefix") if not raw.get(k)]
+    if missing:
+        raise SpecError(f"spec.storage.{missing[0]} is required")
+    return Storage(
+        bucket=raw["bucket"],
+        prefix=str(raw["prefix"]).strip("/"),
+        endpoint=raw.get("endpoint", ""),
+        region=raw.get("region", "us-east-1"),
+        credentials_secret=raw.get("credentialsSecret", ""),
+    )
+
+
+def database_from(body: dict[str, Any]) -> Database:
+    """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
+    meta, spec = body.get("metadata", {}), body.get("spec") or {}
+    storage = _storage(spec)
+    return Database(
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 0)),
+        replicas=int(spec.get("replicas", 1)),
+        image=spec.get("image", "ghcr.io/weaseldb/weaseldb:0.1.0"),
+        image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
+        deletion_policy=spec.get("deletionPolicy", "Retain"),
+        leader_failover_seconds=int(spec.get("leaderFailoverSeconds", 30)),
+        storage=storage,
+        config=pipeline_config(spec, storage),
+        gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),
+        resources=dict(spec.get("resources") or {}),
+    )

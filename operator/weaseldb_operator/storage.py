@@ -1,0 +1,62 @@
+"""The operator's reads and deletes in a database's prefix, through the core blob store.
+
+Credentials: the operator's own environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+set by the chart from `operator.storageCredentialsSecret`). The store client takes no
+explicit credentials yet, so `spec.storage.credentialsSecret` reaches the pods only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from weaseldb import layout, recovery
+from weaseldb.blobstore import BlobStore, NotFound, open_store
+from weaseldb_operator.leadership import Claim
+from weaseldb_operator.spec import Storage
+
+
+class Stores:
+    """One open store per store URL, kept between observations."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, BlobStore] = {}
+
+    def get(self, storage: Storage) -> BlobStore:
+        if storage.url not in self._open:
+            self._open[storage.url] = open_store(storage.url, pool_size=4)
+        return self._open[storage.url]
+
+    async def close(self) -> None:
+        stores, self._open = list(self._open.values()), {}
+        for store in stores:
+            await store.close()
+
+
+async def newest_claim(store: BlobStore) -> Claim | None:
+    """The newest term claim: one LIST of one key, one GET."""
+    number = await recovery.newest_claim(store)
+    if number is None:
+        return None
+    key = layout.term_key(number)
+    try:
+        document = orjson.loads(await store.get(key))
+    except NotFound:
+        return None  # deleted between LIST and GET (a purge); nobody leads
+    return Claim.parse(key, document)
+
+
+async def purge(store: BlobStore, *, parallel: int = 16) -> int:
+    """Delete every object under the prefix; returns how many."""
+    deleted = 0
+    limit = asyncio.Semaphore(parallel)
+
+    async def delete(key: str) -> None:
+        async with limit:
+            await store.delete(key)
+
+    while keys := await store.list("", limit=1000):
+        await asyncio.gather(*(delete(k) for k in keys))
+        deleted += len(keys)
+    return deleted

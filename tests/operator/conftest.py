@@ -1,0 +1,59 @@
+"""Fixtures for the operator tiers: one real control plane per session (per xdist worker),
+the CRDs installed on it, the operator running as a subprocess (`weaseldb operator`),
+and a fresh namespace per test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.kube import ControlPlane, missing_binaries
+from tests.support.minio import MinioServer
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not built: run `make tools` (make test does this first)")
+    plane = ControlPlane().start()
+    try:
+        plane.install_crds()
+        yield plane
+    finally:
+        plane.destroy()
+
+
+@pytest.fixture(scope="session")
+def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
+    """`weaseldb operator` watching every namespace; yields its log file. It reads term
+    claims with the MinIO credentials the `minio` fixture put in the environment."""
+    log_path = control_plane.root / "operator.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "weaseldb.cli", "operator"],
+            env=control_plane.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield log_path
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    control_plane.kubectl("create", "namespace", name)
+    return name

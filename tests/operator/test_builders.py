@@ -1,0 +1,242 @@
+"""Pure builders, spec reading and the leadership decision: no cluster, no store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from weaseldb_operator import conditions
+from weaseldb_operator.conditions import Reason
+from weaseldb_operator.leadership import Claim, PodView, decide
+from weaseldb_operator.resources import (
+    CONFIG_HASH,
+    ROLE_LABEL,
+    children_for,
+    configmap_for,
+    gateway_service_for,
+    headless_service_for,
+    pdb_for,
+    statefulset_for,
+)
+from weaseldb_operator.spec import POD_NAME_PLACEHOLDER, SpecError, database_from
+
+from weaseldb import config as config_module
+from weaseldb.types import NUMBER_TOP
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "storage": {"bucket": "b1", "prefix": "db", "endpoint": "http://s3:9000"}
+    }
+    return {
+        "apiVersion": "weaseldb.io/v1alpha1",
+        "kind": "WeaselDB",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "generation": 3},
+        "spec": {**base, **spec},
+    }
+
+
+def test_configmap_holds_a_config_the_services_accept(tmp_path: Path) -> None:
+    db = database_from(body(pipeline={"maxInFlightRequests": 7}, gateway={"workers": 2}))
+    text = configmap_for(db)["data"]["config.json"]
+    path = tmp_path / "config.json"
+    path.write_text(text.replace(POD_NAME_PLACEHOLDER, "orders-0"))
+    loaded = config_module.load(path)
+    assert loaded.store == "s3://b1/db?endpoint=http%3A%2F%2Fs3%3A9000&region=us-east-1"
+    assert (loaded.persister.max_in_flight_requests, loaded.gateway.workers) == (7, 2)
+    assert (loaded.pod_name, loaded.run_dir, loaded.host) == ("orders-0", "/run/weasel", "0.0.0.0")
+
+
+def test_statefulset_runs_the_ring_in_one_pod() -> None:
+    db = database_from(
+        body(
+            replicas=2,
+            resources={
+                "default": {"limits": {"memory": "1Gi"}},
+                "persister": {"limits": {"memory": "2Gi"}},
+            },
+        )
+    )
+    sts = statefulset_for(db)
+    pod = sts["spec"]["template"]["spec"]
+    names = [c["name"] for c in pod["containers"]]
+    assert names == ["gateway", "sequencer", "resolver", "persister"]
+    for container, port in zip(pod["containers"], (8080, 8081, 8082, 8083), strict=True):
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert {"name": "run", "mountPath": "/run/weasel"} in container["volumeMounts"]
+    memory = {c["name"]: c["resources"]["limits"]["memory"] for c in pod["containers"]}
+    assert memory == {"gateway": "1Gi", "sequencer": "1Gi", "resolver": "1Gi", "persister": "2Gi"}
+    assert {"name": "run", "emptyDir": {}} in pod["volumes"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert sts["spec"]["replicas"] == 2
+
+
+def test_extra_gateway_workers_are_extra_containers() -> None:
+    pod = statefulset_for(database_from(body(gateway={"workers": 3})))["spec"]["template"]["spec"]
+    gateways = [c for c in pod["containers"] if c["name"].startswith("gateway")]
+    assert [c["command"][-1] for c in gateways] == ["0", "1", "2"]
+
+
+def test_config_change_changes_the_pod_template() -> None:
+    before = statefulset_for(database_from(body()))["spec"]["template"]["metadata"]
+    after = statefulset_for(database_from(body(pipeline={"maxInFlightRequests": 9})))
+    assert (
+        after["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH]
+        != before["annotations"][CONFIG_HASH]
+    )
+
+
+def test_services_select_the_leader_and_every_pod() -> None:
+    db = database_from(body())
+    assert gateway_service_for(db)["spec"]["selector"][ROLE_LABEL] == "leader"
+    headless = headless_service_for(db)["spec"]
+    assert headless["clusterIP"] == "None" and ROLE_LABEL not in headless["selector"]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "has_pdb"),
+    [pytest.param(1, False, id="single"), pytest.param(3, True, id="three")],
+)
+def test_pdb_only_with_standbys(replicas: int, has_pdb: bool) -> None:
+    assert (pdb_for(database_from(body(replicas=replicas))) is not None) is has_pdb
+
+
+def test_every_child_is_owned_by_the_database() -> None:
+    for child in children_for(database_from(body(replicas=2))):
+        (owner,) = child["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("WeaselDB", "u-1", True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param(
+            {"pipeline": {"maxInFlightRequests": 5000}},
+            "max_in_flight_requests",
+            id="in-flight-range",
+        ),
+        pytest.param({"storage": {"bucket": "b1"}}, "spec.storage.prefix", id="no-prefix"),
+    ],
+)
+def test_unusable_specs_name_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError, match=field):
+        database_from(body(**spec))
+
+
+def claim(term: int = 1, pod: str = "orders-0") -> Claim:
+    return Claim("terms/x", NUMBER_TOP - term + 1, f"{pod}-abc", pod, 1_700_000_000_000)
+
+
+NOW = 1_000.0
+
+
+@pytest.mark.parametrize(
+    ("claimed", "pods", "missing_since", "reason", "promote"),
+    [
+        pytest.param(
+            None, [PodView("orders-0", False)], None, Reason.NO_CLAIM, None, id="nobody-claimed"
+        ),
+        pytest.param(
+            claim(),
+            [PodView("orders-0", True), PodView("orders-1", False, standby=True)],
+            None,
+            Reason.LEADER_READY,
+            None,
+            id="leader-ready",
+        ),
+        pytest.param(
+            claim(),
+            [
+                PodView("orders-0", False, not_ready_since=NOW - 5),
+                PodView("orders-1", False, standby=True),
+            ],
+            None,
+            Reason.LEADER_NOT_READY,
+            None,
+            id="not-ready-within-timeout",
+        ),
+        pytest.param(
+            claim(),
+            [
+                PodView("orders-0", False, not_ready_since=NOW - 31),
+                PodView("orders-1", False, standby=True),
+            ],
+            None,
+            Reason.FAILING_OVER,
+            "orders-1",
+            id="not-ready-too-long",
+        ),
+        pytest.param(
+            claim(),
+            [PodView("orders-1", False, standby=True)],
+            NOW - 10,
+            Reason.LEADER_POD_MISSING,
+            None,
+            id="missing-within-timeout",
+        ),
+        pytest.param(
+            claim(),
+            [PodView("orders-1", False, standby=True)],
+            NOW - 40,
+            Reason.FAILING_OVER,
+            "orders-1",
+            id="missing-too-long",
+        ),
+        pytest.param(
+            claim(),
+            [PodView("orders-1", False)],
+            NOW - 40,
+            Reason.NO_STANDBY,
+            None,
+            id="no-standby-answers",
+        ),
+    ],
+)
+def test_leadership_decision(
+    claimed: Claim | None,
+    pods: list[PodView],
+    missing_since: float | None,
+    reason: Reason,
+    promote: str | None,
+) -> None:
+    decision = decide(
+        claimed, pods, now=NOW, failover_seconds=30, replicas=2, missing_since=missing_since
+    )
+    elected = decision.conditions[0]
+    assert (elected.reason, decision.promote) == (reason, promote)
+    assert (elected.status == "True") is (reason is Reason.LEADER_READY)
+
+
+def test_labels_follow_the_claim_and_change_only_when_needed() -> None:
+    pods = [PodView("orders-0", True, role="standby"), PodView("orders-1", False, role="standby")]
+    decision = decide(
+        claim(2, "orders-0"), pods, now=NOW, failover_seconds=30, replicas=2, missing_since=None
+    )
+    assert decision.labels == {"orders-0": "leader"}
+    assert decision.leader is not None and decision.leader.term == 2
+
+
+def test_conditions_table_in_docs_matches_the_module() -> None:
+    docs = (REPO / "docs/operator.md").read_text()
+    assert conditions.markdown_table() in docs, "regenerate with conditions.markdown_table()"
+
+
+def test_only_declared_conditions_can_be_built() -> None:
+    with pytest.raises(ValueError, match="undeclared"):
+        conditions.Condition(conditions.Type.READY, "True", Reason.NO_CLAIM, "x")
+
+
+def test_examples_are_valid_yaml_objects() -> None:
+    import yaml
+
+    for path in sorted((REPO / "examples").glob("weaseldb-*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc["kind"] == "WeaselDB":
+                database_from({**doc, "metadata": {**doc["metadata"], "namespace": "x"}})
+    assert json.dumps(docs)

@@ -1,0 +1,171 @@
+"""Leader status from real term claims: MinIO, real `weaseldb up` process sets whose
+`pod_name` names Pod objects in the API server, and the operator in between.
+
+Pods never run without a kubelet, so each Pod object stands for one process set: the
+test sets its status (podIP 127.0.0.1, Ready) through the status subresource and gives it
+the set's ports, as a kubelet would report a running pod."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.operator.helpers import condition, eventually, weaseldb
+from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.kube import ControlPlane
+from tests.support.minio import MinioServer
+
+pytestmark = pytest.mark.slow
+SELECTOR = {"app.kubernetes.io/name": "weaseldb", "app.kubernetes.io/instance": "ledger"}
+
+
+def pod_manifest(name: str, namespace: str, port: int) -> dict[str, Any]:
+    ports = [
+        {"name": stage, "containerPort": port + i}
+        for i, stage in enumerate(("gateway", "sequencer", "resolver", "persister"))
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": SELECTOR},
+        "spec": {"containers": [{"name": "ring", "image": "weaseldb:test", "ports": ports}]},
+    }
+
+
+def set_ready(plane: ControlPlane, namespace: str, name: str, ready: bool) -> None:
+    status = {
+        "status": {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
+    }
+    plane.kubectl(
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+
+
+class Pods:
+    """Process sets standing for pods; stopped at the end of the test."""
+
+    def __init__(self, plane: ControlPlane, minio: MinioServer, namespace: str, store: str):
+        self.plane, self.minio, self.namespace, self.store = plane, minio, namespace, store
+        self.sets: list[ProcessSet] = []
+
+    def start(self, name: str) -> ProcessSet:
+        port = free_port_block()
+        run_dir = short_run_dir()
+        config = run_dir / "pod.toml"
+        config.write_text(f'pod_name = "{name}"\n')
+        self.plane.apply(pod_manifest(name, self.namespace, port))
+        process_set = ProcessSet(self.store, port, run_dir, ["--config", str(config)]).start()
+        self.sets.append(process_set)
+        set_ready(self.plane, self.namespace, name, True)
+        return process_set
+
+    def stop(self) -> None:
+        for process_set in self.sets:
+            process_set.kill()
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Iterator[Pods]:
+    bucket = minio.new_bucket()
+    spec = {
+        "replicas": 2,
+        "leaderFailoverSeconds": 5,
+        "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
+    }
+    control_plane.apply(weaseldb("ledger", namespace, spec))
+    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"))
+    yield started
+    started.stop()
+
+
+def leader_of(plane: ControlPlane, namespace: str) -> dict[str, Any]:
+    leader: dict[str, Any] = (
+        plane.get("wdb", "ledger", "-n", namespace)["status"].get("leader") or {}
+    )
+    return leader
+
+
+def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:
+    items = plane.get("pods", "-n", namespace)["items"]
+    return {
+        p["metadata"]["name"]: p["metadata"]["labels"].get("weaseldb.io/role", "") for p in items
+    }
+
+
+def test_status_and_labels_follow_the_claims(
+    control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
+) -> None:
+    pods.start("ledger-0")
+    first = eventually(
+        lambda: (
+            (lead := leader_of(control_plane, namespace)) and lead.get("pod") == "ledger-0" and lead
+        ),
+        timeout=30,
+        what="ledger-0 leads",
+    )
+    assert first["term"] == 1 and first["leaderId"].startswith("ledger-0-")
+    eventually(lambda: roles(control_plane, namespace) == {"ledger-0": "leader"}, what="label")
+    body = eventually(
+        lambda: (
+            (b := control_plane.get("wdb", "ledger", "-n", namespace))
+            and condition(b, "Ready").get("status") == "True"
+            and b
+        ),
+        what="Ready",
+    )
+    assert condition(body, "LeaderElected")["reason"] == "LeaderReady"
+    assert body["status"]["committedVersion"] == 0
+    assert "ledger-0" in control_plane.kubectl("get", "wdb", "ledger", "-n", namespace).stdout
+
+    pods.start("ledger-1")  # a new set claims the next term: it deposes ledger-0
+    second = eventually(
+        lambda: (
+            (lead := leader_of(control_plane, namespace)) and lead.get("pod") == "ledger-1" and lead
+        ),
+        timeout=30,
+        what="ledger-1 leads",
+    )
+    assert second["term"] == 2
+    eventually(
+        lambda: roles(control_plane, namespace) == {"ledger-0": "standby", "ledger-1": "leader"},
+        what="labels flipped",
+    )
+
+
+def test_leader_not_ready_beyond_the_timeout_starts_failover(
+    control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
+) -> None:
+    pods.start("ledger-0")
+    eventually(lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads")
+    set_ready(control_plane, namespace, "ledger-0", False)
+    body = eventually(
+        lambda: (
+            (b := control_plane.get("wdb", "ledger", "-n", namespace))
+            and condition(b, "LeaderElected").get("reason") == "NoStandby"
+            and b
+        ),
+        timeout=30,
+        what="failover due, no standby",
+    )
+    assert (
+        "leader pod ledger-0 (term 1) is not Ready" in condition(body, "LeaderElected")["message"]
+    )
+    assert condition(body, "Ready")["reason"] == "NoLeader"
+    assert condition(body, "Degraded")["status"] == "True"

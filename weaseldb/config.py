@@ -8,6 +8,7 @@ whose message names the field, e.g. ``persister.max_in_flight_requests: ...``.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,14 @@ class PersisterConfig(_Section):
     """First retry delay; each further retry doubles it."""
     request_id_memory: int = Field(1_000_000, ge=1)
     """Outcomes of this many recent commits are kept to answer retried request ids."""
+    term_watch_interval_s: float = Field(2.0, gt=0)
+    """While leading, look for a newer term claim this often (one LIST of one key), so an
+    idle deposed leader stops promptly instead of at its next batch."""
+    claim_on_start: Literal["always", "unclaimed_or_own"] = "always"
+    """``always``: claim the next term at every start (one process set per database, as with
+    ``weaseldb up``). ``unclaimed_or_own``: claim only when no term was claimed yet or the
+    newest claim names this pod; otherwise wait as a standby until promoted (``POST
+    /promote`` on the persister), so restarting standbys never depose the leader."""
 
 
 class ResolverConfig(_Section):
@@ -92,7 +101,8 @@ class Config(_Section):
     """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000)."""
     ports: Ports = Ports()
     pod_name: str = ""
-    """Recorded in term claims (Kubernetes sets it from the pod name)."""
+    """Recorded in term claims; the ``WEASELDB_POD_NAME`` environment variable overrides it
+    (Kubernetes sets that from the pod name)."""
     drain_timeout_s: float = Field(30.0, gt=0)
     """How long a stopping service waits for in-flight work to drain."""
     persister: PersisterConfig = PersisterConfig()
@@ -134,8 +144,13 @@ def build(data: dict[str, Any]) -> Config:
         raise ConfigError(f"invalid configuration: {_describe(e)}") from e
 
 
+#: Environment variables that override a setting (for values only known where a service runs).
+ENVIRONMENT = {"WEASELDB_POD_NAME": "pod_name"}
+
+
 def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a TOML or JSON file (or nothing), apply dotted-key overrides, validate."""
+    """Read a TOML or JSON file (or nothing), apply the environment (ENVIRONMENT) and then
+    dotted-key overrides, validate."""
     data: dict[str, Any] = {}
     if path is not None:
         text = Path(path).read_text()
@@ -145,7 +160,8 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Co
             raise ConfigError(
                 f"{path}: not valid {'JSON' if str(path).endswith('.json') else 'TOML'}: {e}"
             ) from e
-    for dotted, value in (overrides or {}).items():
+    environment = {key: os.environ[var] for var, key in ENVIRONMENT.items() if var in os.environ}
+    for dotted, value in {**environment, **(overrides or {})}.items():
         _set_dotted(data, dotted, value)
     return build(data)
 

@@ -15,11 +15,19 @@ from prometheus_client import Counter, Gauge
 
 from services.persister.answers import Answers
 from services.persister.engine import Engine
-from services.persister.leadership import LostClaim, OpenedTerm, claim, open_term
+from services.persister.leadership import (
+    LostClaim,
+    OpenedTerm,
+    claim,
+    newest_claim_pod,
+    open_term,
+)
 from services.persister.release import Slot
-from weaseldb.blobstore import BlobStore
+from weaseldb import recovery
+from weaseldb.blobstore import BlobError, BlobStore
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
+from weaseldb.layout import is_newer_term
 from weaseldb.protocol import (
     CommitEntry,
     GatewayMessage,
@@ -106,8 +114,19 @@ class PersisterStage:
     def promote(self) -> None:
         self._promote.set()
 
+    async def _may_claim_at_start(self) -> bool:
+        if self._config.persister.claim_on_start == "always":
+            return True
+        holder = await newest_claim_pod(self._store, self._config.persister)
+        if holder is None or holder == self._config.pod_name:
+            return True
+        self.health.set(False, f"standby: the newest term is held by pod {holder}")
+        return False
+
     async def _lead(self) -> OpenedTerm | None:
         leader_id = new_leader_id(self._config.pod_name)
+        if not await self._may_claim_at_start() and not await self._wait_for_promotion():
+            return None
         while True:
             try:
                 claimed = await claim(
@@ -148,6 +167,7 @@ class PersisterStage:
             [TermStart(term.term, term.leader_id, term.last_version + 1, term.last_version)]
         )
         sender = asyncio.create_task(self._send_outgoing())
+        watcher = asyncio.create_task(self._watch_terms(engine, term))
         reader = asyncio.create_task(self._read(engine))
         stop = asyncio.create_task(self._stop.wait())
         failed = asyncio.create_task(engine.failed.wait())
@@ -164,6 +184,7 @@ class PersisterStage:
         if engine.failure is not None:
             await self._broadcast([LeaderLost(str(engine.failure))])
         sender.cancel()
+        watcher.cancel()
         return code
 
     async def _read(self, engine: Engine) -> int:
@@ -182,6 +203,17 @@ class PersisterStage:
                 return 1 if engine.failure is not None else 0
             IN_FLIGHT.set(engine.in_flight)
             await engine.wait_for_capacity()
+
+    async def _watch_terms(self, engine: Engine, term: OpenedTerm) -> None:
+        while engine.failure is None:
+            await asyncio.sleep(self._config.persister.term_watch_interval_s)
+            try:
+                newest = await recovery.newest_claim(self._store)
+            except BlobError as e:
+                log.warning("term watch: %s", e)  # the write path decides about the store
+                continue
+            if newest is not None and is_newer_term(newest, term.term):
+                engine.depose(f"term {newest} was claimed after ours ({term.term})")
 
     # Answers
 

@@ -218,6 +218,10 @@ class Engine:
         if not len(self._release) and not self._riders:
             self._idle.set()
 
+    def depose(self, reason: str) -> None:
+        """A newer term exists (seen outside a PUT): stop as if a PUT had been fenced."""
+        self._fail(Deposed(reason))
+
     def _fail(self, error: BaseException) -> None:
         if self.failure is None:
             log.error("persister stops leading: %s", error)

@@ -67,6 +67,15 @@ async def with_retries(action: Callable[[], Awaitable[T]], config: PersisterConf
             await asyncio.sleep(config.retry_base_delay_ms / 1000 * 2 ** (attempt - 1))
 
 
+async def newest_claim_pod(store: BlobStore, config: PersisterConfig) -> str | None:
+    """The pod named by the newest term claim; None when nothing was claimed yet."""
+    newest = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
+    if newest is None:
+        return None
+    body = await with_retries(lambda: store.get(layout.term_key(newest)), config, "read claim")
+    return str(orjson.loads(body).get("pod", ""))
+
+
 async def claim(
     store: BlobStore, *, leader_id: str, pod_name: str, config: PersisterConfig
 ) -> Claim:

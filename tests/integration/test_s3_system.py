@@ -190,3 +190,42 @@ def test_store_outage_fails_cleanly_and_the_set_recovers(minio: MinioServer, run
             assert restarted.stop() == 0
     finally:
         own.destroy()
+
+
+def _pod_config(tmp: Path, pod: str) -> list[str]:
+    path = tmp / f"{pod}.toml"
+    path.write_text(f'pod_name = "{pod}"\n[persister]\nclaim_on_start = "unclaimed_or_own"\n')
+    return ["--config", str(path)]
+
+
+def test_standby_waits_without_deposing_until_promoted(minio: MinioServer, tmp_path: Path) -> None:
+    url = minio.store_url(minio.new_bucket())
+    leader = ProcessSet(url, free_port_block(), short_run_dir(), _pod_config(tmp_path, "db-0"))
+    leader.start()
+    standby = ProcessSet(url, free_port_block(), short_run_dir(), _pod_config(tmp_path, "db-1"))
+    try:
+        assert standby.process is None
+        standby.extra = _pod_config(tmp_path, "db-1")
+        with pytest.raises(TimeoutError):
+            standby.start(timeout=8)  # never ready: it waits as a standby
+        readiness = httpx.get(f"http://127.0.0.1:{standby.port + 3}/readyz").json()
+        assert readiness["reason"].startswith("standby") and "db-0" in readiness["reason"]
+        first = httpx.post(
+            f"{leader.url}/v1/commit",
+            json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+        ).json()
+        assert first["status"] == "committed"  # the leader was not deposed
+
+        httpx.post(f"http://127.0.0.1:{standby.port + 3}/promote").raise_for_status()
+        standby.wait_ready(60)
+        assert leader.process is not None
+        wait_for(lambda: leader.process.poll() is not None, what="old leader deposed")
+        after = httpx.post(
+            f"{standby.url}/v1/commit",
+            json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+        ).json()
+        assert after["status"] == "committed" and after["version"] > first["version"]
+    finally:
+        for cluster in (standby, leader):
+            if cluster.process and cluster.process.poll() is None:
+                cluster.kill()

@@ -81,3 +81,9 @@ def test_in_flight_default_depends_on_the_store() -> None:
     assert config.build({"store": "s3://b/p"}).persister.max_in_flight_requests == 50
     explicit = {"store": "dir:/x", "persister": {"max_in_flight_requests": 9}}
     assert config.build(explicit).persister.max_in_flight_requests == 9
+
+
+def test_pod_name_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEASELDB_POD_NAME", "db-1")
+    assert config.load(None).pod_name == "db-1"
+    assert config.load(None, {"pod_name": "explicit"}).pod_name == "explicit"

@@ -7,7 +7,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from services.persister.engine import Engine
-from services.persister.leadership import Claim, LostClaim, OpenedTerm, claim, open_term
+from services.persister.leadership import (
+    Claim,
+    LostClaim,
+    OpenedTerm,
+    claim,
+    newest_claim_pod,
+    open_term,
+)
 from services.persister.release import Slot
 from tests.support.faults import FaultyStore, fail_times
 from weaseldb import batchfile, layout, recovery
@@ -303,3 +310,13 @@ def test_size_threshold_and_in_flight_limit_bound_the_batches() -> None:
     harness = run(scenario())
     assert harness.released_versions() == list(range(1, 41))
     assert 1 < len(harness.released) < 40  # batched, but the threshold closed batches early
+
+
+def test_newest_claim_names_its_pod() -> None:
+    async def scenario() -> tuple[str | None, str | None]:
+        store = MemoryStore()
+        before = await newest_claim_pod(store, FAST)
+        await claim(store, leader_id="x", pod_name="db-0", config=FAST)
+        return before, await newest_claim_pod(store, FAST)
+
+    assert run(scenario()) == (None, "db-0")

@@ -44,9 +44,12 @@ class BlobStore(Protocol):
     async def close(self) -> None: ...
 
 
-def open_store(url: str, *, pool_size: int = 100) -> BlobStore:
+def open_store(
+    url: str, *, pool_size: int = 100, credentials: tuple[str, str] | None = None
+) -> BlobStore:
     """Build a store from its URL: ``dir:PATH``, ``memory:`` or
-    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
+    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``. S3 credentials come from `credentials`
+    (access key, secret) when given, else from the standard AWS environment and files."""
     if url.startswith("dir:"):
         from weaseldb.blobstore.directory import DirectoryStore
 
@@ -66,5 +69,6 @@ def open_store(url: str, *, pool_size: int = 100) -> BlobStore:
             endpoint=query.get("endpoint"),
             region=query.get("region", "us-east-1"),
             pool_size=pool_size,
+            credentials=credentials,
         )
     raise ValueError(f"store: unknown store URL {url!r} (use dir:PATH or s3://BUCKET/PREFIX)")

@@ -59,8 +59,16 @@ def _translate(error: Exception, key: str) -> BlobError:
 
 class S3Store:
     def __init__(
-        self, *, bucket: str, prefix: str, endpoint: str | None, region: str, pool_size: int
+        self,
+        *,
+        bucket: str,
+        prefix: str,
+        endpoint: str | None,
+        region: str,
+        pool_size: int,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
+        self._credentials = credentials
         self.bucket = bucket
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self._endpoint = endpoint
@@ -78,7 +86,14 @@ class S3Store:
                 retries={"max_attempts": 1, "mode": "standard"},
                 request_checksum_calculation="when_supported",
             )
-            session = aioboto3.Session()
+            session = (
+                aioboto3.Session(
+                    aws_access_key_id=self._credentials[0],
+                    aws_secret_access_key=self._credentials[1],
+                )
+                if self._credentials
+                else aioboto3.Session()
+            )
             self._client = await self._stack.enter_async_context(
                 session.client(
                     "s3", endpoint_url=self._endpoint, region_name=self._region, config=config

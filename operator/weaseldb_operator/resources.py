@@ -14,7 +14,6 @@ from weaseldb_operator.spec import (
     API_VERSION,
     CONFIG_DIR,
     KIND,
-    POD_NAME_PLACEHOLDER,
     RUN_DIR,
     STAGES,
     Database,
@@ -101,15 +100,25 @@ SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+POD_NAME_ENV = {
+    "name": "WEASELDB_POD_NAME",
+    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+}
+
+
 def _env(db: Database) -> dict[str, Any]:
-    env: dict[str, Any] = {"env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]}
+    env: dict[str, Any] = {"env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, POD_NAME_ENV]}
     if db.storage.credentials_secret:
         env["envFrom"] = [{"secretRef": {"name": db.storage.credentials_secret}}]
     return env
 
 
 def _volume_mounts() -> list[dict[str, Any]]:
-    return [{"name": "run", "mountPath": RUN_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+    return [
+        {"name": "run", "mountPath": RUN_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+    ]
 
 
 def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]:
@@ -119,7 +128,7 @@ def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]
         "name": name,
         "image": db.image,
         "imagePullPolicy": db.image_pull_policy,
-        "command": ["weaseldb", "service", stage, "--config", f"{RUN_DIR}/{CONFIG_FILE}"],
+        "command": ["weaseldb", "service", stage, "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
         "readinessProbe": _probe(db, stage, "/readyz", period=2, failures=2),
         "livenessProbe": _probe(db, stage, "/healthz", period=10, failures=3),
         "resources": db.container_resources(stage),
@@ -134,23 +143,6 @@ def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]
     return container
 
 
-def render_config_container(db: Database) -> dict[str, Any]:
-    """Init container: the ConfigMap's template with this pod's name put in (downward API)."""
-    script = (
-        f'sed "s|{POD_NAME_PLACEHOLDER}|$POD_NAME|" {CONFIG_DIR}/{CONFIG_FILE}'
-        f" > {RUN_DIR}/{CONFIG_FILE}"
-    )
-    return {
-        "name": "render-config",
-        "image": db.image,
-        "imagePullPolicy": db.image_pull_policy,
-        "command": ["sh", "-c", script],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-        "securityContext": SECURITY_CONTEXT,
-        "volumeMounts": [*_volume_mounts(), {"name": "config", "mountPath": CONFIG_DIR}],
-    }
-
-
 def containers_for(db: Database) -> list[dict[str, Any]]:
     gateways = [stage_container(db, "gateway", w) for w in range(db.config.gateway.workers)]
     return gateways + [stage_container(db, stage) for stage in STAGES if stage != "gateway"]
@@ -158,7 +150,6 @@ def containers_for(db: Database) -> list[dict[str, Any]]:
 
 def pod_spec(db: Database) -> dict[str, Any]:
     return {
-        "initContainers": [render_config_container(db)],
         "containers": containers_for(db),
         "volumes": [
             {"name": "run", "emptyDir": {}},

@@ -22,9 +22,9 @@ PLURAL = "weaseldbs"
 #: Where the pods mount the shared emptyDir (ring sockets, rendered config); kept short
 #: because ipc:// socket paths are limited to about 107 bytes.
 RUN_DIR = "/run/weasel"
-#: Where the ConfigMap is mounted; the template there has POD_NAME_PLACEHOLDER in it.
+#: Where the ConfigMap is mounted. The pod name reaches the services through the
+#: WEASELDB_POD_NAME environment variable (downward API), not through the file.
 CONFIG_DIR = "/etc/weaseldb"
-POD_NAME_PLACEHOLDER = "@POD_NAME@"
 STAGES = ("gateway", "sequencer", "resolver", "persister")
 
 #: spec section -> (config section, {camelCase field: config field})
@@ -114,11 +114,16 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
         "store": storage.url,
         "run_dir": RUN_DIR,
         "host": "0.0.0.0",
-        "pod_name": POD_NAME_PLACEHOLDER,
+        # Several pods per database: only the pod named by the newest claim (or the first
+        # pod ever) claims at start; the others wait as standbys until promoted.
+        "persister": {"claim_on_start": "unclaimed_or_own"},
     }
     for section, (target, fields) in _SECTIONS.items():
         values = spec.get(section) or {}
-        data[target] = {fields[k]: v for k, v in values.items() if k in fields}
+        data[target] = {
+            **data.get(target, {}),
+            **{fields[k]: v for k, v in values.items() if k in fields},
+        }
     try:
         return build(data)
     except ConfigError as e:

@@ -20,7 +20,7 @@ from weaseldb_operator.resources import (
     pdb_for,
     statefulset_for,
 )
-from weaseldb_operator.spec import POD_NAME_PLACEHOLDER, SpecError, database_from
+from weaseldb_operator.spec import SpecError, database_from
 
 from weaseldb import config as config_module
 from weaseldb.types import NUMBER_TOP
@@ -40,12 +40,15 @@ def body(**spec: Any) -> dict[str, Any]:
     }
 
 
-def test_configmap_holds_a_config_the_services_accept(tmp_path: Path) -> None:
+def test_configmap_holds_a_config_the_services_accept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = database_from(body(pipeline={"maxInFlightRequests": 7}, gateway={"workers": 2}))
-    text = configmap_for(db)["data"]["config.json"]
     path = tmp_path / "config.json"
-    path.write_text(text.replace(POD_NAME_PLACEHOLDER, "orders-0"))
+    path.write_text(configmap_for(db)["data"]["config.json"])
+    monkeypatch.setenv("WEASELDB_POD_NAME", "orders-0")  # what the downward API sets
     loaded = config_module.load(path)
+    assert loaded.persister.claim_on_start == "unclaimed_or_own"
     assert loaded.store == "s3://b1/db?endpoint=http%3A%2F%2Fs3%3A9000&region=us-east-1"
     assert (loaded.persister.max_in_flight_requests, loaded.gateway.workers) == (7, 2)
     assert (loaded.pod_name, loaded.run_dir, loaded.host) == ("orders-0", "/run/weasel", "0.0.0.0")

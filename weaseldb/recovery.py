@@ -6,6 +6,7 @@ higher number and a listing in ascending key order is newest first.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,19 +92,32 @@ async def recover(store: BlobStore, *, prior_term: int | None) -> Recovered:
     return Recovered(scan.watermark, scan.next_number, last_valid.last_version, last_valid.term)
 
 
+#: Reads in flight while reading back before the watermark.
+READ_BACK_PARALLELISM = 64
+
+
 async def _read_back(store: BlobStore, newest: batchfile.Batch) -> list[batchfile.Batch]:
     """The batches from up to FENCE_LENGTH numbers older than `newest` to `newest`, oldest
-    first. A batch of a newer term than `newest` can only be that close (the fence)."""
+    first, read in parallel. A batch of a newer term than `newest` can only be that close
+    (the fence). Needed only when the newest claim never wrote its opening batch."""
+    numbers = [
+        n for n in range(newest.batch + 1, newest.batch + 1 + FENCE_LENGTH) if n <= NUMBER_TOP
+    ]
+    limit = asyncio.Semaphore(READ_BACK_PARALLELISM)
+
+    async def read(number: int) -> batchfile.Batch | None:
+        async with limit:
+            try:
+                return await read_batch(store, number)
+            except NotFound:
+                return None  # garbage-collected: everything older is covered by a snapshot
+
+    older = await asyncio.gather(*(read(n) for n in numbers))
     run = [newest]
-    number = newest.batch
-    for _ in range(FENCE_LENGTH):
-        number += 1
-        if number > NUMBER_TOP:
+    for found in older:
+        if found is None:
             break
-        try:
-            run.append(await read_batch(store, number))
-        except NotFound:
-            break  # garbage-collected: everything older is covered by a snapshot
+        run.append(found)
     run.reverse()
     return run
 

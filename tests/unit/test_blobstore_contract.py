@@ -89,9 +89,9 @@ def test_snapshot_keys_sort_like_s3(store: BlobStore) -> None:
 
 
 def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path) -> None:
-    """Numbered keys live in directories of at most 10,000 (by their last four digits), so a
-    listing must walk directory boundaries in key order. 2**64-1 ends in 1615: 1700 batches
-    counting down from it span two leaf directories."""
+    """Numbered keys live in directories of at most 1,000 (split 14/3/3 digits), so a
+    listing must walk directory boundaries in key order. 2**64-1 ends in 551615: 1700
+    batches counting down from it span the directories 551, 550 and 549."""
     store = DirectoryStore(tmp_path)
     top = 2**64 - 1
     numbers = [top - i for i in range(1700)]
@@ -105,4 +105,7 @@ def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path)
         assert after == [layout.batch_key(n) for n in sorted(numbers)[1000:]]
 
     run(scenario())
-    assert len(list((tmp_path / "batches").iterdir())) == 2
+    (top_dir,) = list((tmp_path / "batches").iterdir())
+    leaves: list[Path] = list(top_dir.iterdir())
+    assert sorted(leaf.name for leaf in leaves) == ["549", "550", "551"]
+    assert max(len(list(leaf.iterdir())) for leaf in leaves) <= 1000

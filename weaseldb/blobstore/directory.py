@@ -5,9 +5,9 @@ temporary file that is fsynced, then hard-linked to its final name (the link fai
 name exists, so a reader never sees a partial object), then the directory is fsynced.
 
 A key whose last part is a 20-digit number (batches, terms) is stored as
-``DDDDDDDDDDDDDDDD/DDDD`` so that no directory holds more than 10,000 of them; listing
-walks directories lazily in key order, so a LIST of 1000 keys costs the same with ten
-batches or a million.
+``DDDDDDDDDDDDDD/DDD/DDD``, so no directory holds more than 1,000 entries below the top one
+(which gets one entry per million numbers); listing walks directories lazily in key order,
+so a LIST of 1000 keys reads a few small directories, with ten batches or a million.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 from weaseldb.blobstore import AlreadyExists, NotFound
 
-_SPLIT = 16
+#: A 20-digit name is split into directories of these widths plus the file name.
+_SPLITS = (14, 3)
 T = TypeVar("T")
 
 
@@ -32,8 +33,9 @@ def _is_number(name: str) -> bool:
     return len(name) == 20 and name.isdigit()
 
 
-def _is_split_dir(name: str) -> bool:
-    return len(name) == _SPLIT and name.isdigit()
+def _split_name(name: str) -> str:
+    head, mid = _SPLITS
+    return f"{name[:head]}/{name[head : head + mid]}/{name[head + mid :]}"
 
 
 class DirectoryStore:
@@ -52,7 +54,7 @@ class DirectoryStore:
             raise ValueError(f"invalid key {key!r}")
         head, _, last = key.rpartition("/")
         if _is_number(last):
-            last = f"{last[:_SPLIT]}/{last[_SPLIT:]}"
+            last = _split_name(last)
         return self.root / head / last if head else self.root / last
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
@@ -148,27 +150,28 @@ class DirectoryStore:
 class _Walk:
     """Yields the keys under a directory in ascending order, expanding subdirectories only
     when the walk reaches them: a subdirectory's keys all start with its own key prefix, so
-    that prefix is a lower bound that keeps the heap in order."""
+    that prefix is a lower bound that keeps the heap in order. `level` counts how deep into
+    a split number the walk is (split directories add no "/" to the key)."""
 
     def __init__(self, directory: Path, key_base: str, start_after: str) -> None:
         self._start_after = start_after
-        self._heap: list[tuple[str, Path | None]] = []
-        self._expand(directory, key_base)
+        self._heap: list[tuple[str, int, Path | None]] = []
+        self._expand(directory, key_base, 0)
 
     def __iter__(self) -> _Walk:
         return self
 
     def __next__(self) -> str:
         while self._heap:
-            key, directory = heapq.heappop(self._heap)
+            key, level, directory = heapq.heappop(self._heap)
             if directory is None:
                 if key > self._start_after:
                     return key
             else:
-                self._expand(directory, key)
+                self._expand(directory, key, level)
         raise StopIteration
 
-    def _expand(self, directory: Path, key_prefix: str) -> None:
+    def _expand(self, directory: Path, key_prefix: str, level: int) -> None:
         try:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError):
@@ -176,16 +179,16 @@ class _Walk:
         for entry in entries:
             if entry.name.startswith(".tmp-"):
                 continue
-            if entry.is_dir():
-                sub = (
-                    key_prefix + entry.name
-                    if _is_split_dir(entry.name)
-                    else key_prefix + entry.name + "/"
-                )
-                if self._may_hold_keys_after(sub):
-                    heapq.heappush(self._heap, (sub, Path(entry.path)))
+            if not entry.is_dir():
+                heapq.heappush(self._heap, (key_prefix + entry.name, 0, None))
+                continue
+            splits = level < len(_SPLITS) and len(entry.name) == _SPLITS[level]
+            if splits and entry.name.isdigit():
+                sub, sub_level = key_prefix + entry.name, level + 1
             else:
-                heapq.heappush(self._heap, (key_prefix + entry.name, None))
+                sub, sub_level = key_prefix + entry.name + "/", 0
+            if self._may_hold_keys_after(sub):
+                heapq.heappush(self._heap, (sub, sub_level, Path(entry.path)))
 
     def _may_hold_keys_after(self, sub_prefix: str) -> bool:
         return sub_prefix >= self._start_after or self._start_after.startswith(sub_prefix)

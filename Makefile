@@ -45,7 +45,9 @@ tools:
 
 bench: install
 	$(PY) bench/bench_resolver.py --out bench/results/resolver.json
-	$(PY) bench/bench_commit.py --out bench/results/commit.json
+	$(PY) bench/bench_commit.py --store dir
+	$(PY) bench/bench_commit.py --store s3 --no-peers
+	$(PY) bench/bench_recovery.py --store dir --counts 10,1000000
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.
 -include operator/operator.mk

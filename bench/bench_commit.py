@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen import Result, WeaselWorkload, run
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.minio import MinioServer, minio_binary
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 CONCURRENCY = [1, 4, 16, 64]
@@ -80,24 +81,52 @@ def wait_http(url: str, timeout: float = 30) -> None:
     raise TimeoutError(url)
 
 
-def sweep(url: str, body, classify, seconds: float) -> list[Result]:  # type: ignore[no-untyped-def]
+def sweep(url: str, body, classify, seconds: float, levels=CONCURRENCY) -> list[Result]:  # type: ignore[no-untyped-def]
     results = []
-    for concurrency in CONCURRENCY:
+    for concurrency in levels:
         result = asyncio.run(run(url, concurrency, seconds, body, classify))
         print(f"  {url} c={concurrency}: {result.summary()}", flush=True)
         results.append(result)
     return results
 
 
-def bench_weasel(seconds: float, store: str) -> list[Result]:
+def persister_counters(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    wanted = ("weaseldb_persister_puts_total", "weaseldb_committed_version")
+    return {
+        name: float(value)
+        for name, value in (line.split(" ", 1) for line in text.splitlines() if " " in line)
+        if name in wanted
+    }
+
+
+def bench_weasel(seconds: float, store: str, extra: dict[str, object]) -> list[Result]:
+    """Sweep the concurrencies; record PUTs per 1,000 commits during the last (saturated) one."""
     run_dir = short_run_dir()
     data = Path(tempfile.mkdtemp(prefix="wdb-bench-"))
-    cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir).start()
+    minio = None
+    if store == "s3":
+        minio = MinioServer(minio_binary() or TOOLS / "minio", data_dir=data).start()
+        os.environ.update(minio.env)
+        url = minio.store_url(minio.new_bucket())
+    else:
+        url = f"dir:{data}"
+    cluster = ProcessSet(url, free_port_block(), run_dir).start()
     try:
         workload = WeaselWorkload(100_000)
-        return sweep(f"{cluster.url}/v1/commit", workload.body, workload.observe, seconds)
+        commit_url = f"{cluster.url}/v1/commit"
+        results = sweep(commit_url, workload.body, workload.observe, seconds, CONCURRENCY[:-1])
+        before = persister_counters(cluster.port + 3)
+        results += sweep(commit_url, workload.body, workload.observe, seconds, CONCURRENCY[-1:])
+        after = persister_counters(cluster.port + 3)
+        puts = after["weaseldb_persister_puts_total"] - before["weaseldb_persister_puts_total"]
+        commits = after["weaseldb_committed_version"] - before["weaseldb_committed_version"]
+        extra["P4_puts_per_1000_commits_at_saturation"] = round(puts / commits * 1000, 1)
+        return results
     finally:
         cluster.stop()
+        if minio is not None:
+            minio.stop()
         shutil.rmtree(data, ignore_errors=True)
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -201,25 +230,34 @@ def ratios(results: dict[str, list[Result]]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument("--store", default="dir", choices=["dir"])
-    parser.add_argument("--out", default="bench/results/commit.json")
+    parser.add_argument("--store", default="dir", choices=["dir", "s3"])
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--no-peers", action="store_true", help="WeaselDB only")
     args = parser.parse_args()
+    out = Path(args.out or f"bench/results/commit-{args.store}.json")
     results: dict[str, list[Result]] = {}
-    print("WeaselDB (directory store, fsync):", flush=True)
-    results["WeaselDB"] = bench_weasel(args.seconds, args.store)
+    extra: dict[str, object] = {}
+    print(f"WeaselDB ({'MinIO' if args.store == 's3' else 'directory store, fsync'}):", flush=True)
+    results["WeaselDB"] = bench_weasel(args.seconds, args.store, extra)
+    if args.no_peers:
+        write(results, extra, out)
+        return
     print("etcd (single member, default fsync):", flush=True)
     etcd = bench_etcd(args.seconds)
     if etcd:
         results["etcd"] = etcd
     print("no-op POST (same HTTP stack):", flush=True)
     results["noop POST"] = bench_noop(args.seconds)
-    out = Path(args.out)
+    write(results, extra, out)
+
+
+def write(results: dict[str, list[Result]], extra: dict[str, object], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = {
         "machine": {"cpus": os.cpu_count()},
         "workload": "point_read + write of one key; 16-byte keys of 100,000; 100-byte values",
         "results": {name: [r.summary() for r in series] for name, series in results.items()},
-        "ratios": ratios(results),
+        "ratios": {**ratios(results), **extra},
     }
     out.write_text(json.dumps(summary, indent=2))
     plot(results, out.with_suffix(".png"))

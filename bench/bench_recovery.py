@@ -1,7 +1,8 @@
 """Recovery cost against database size (performance.md P5).
 
     .venv/bin/python bench/bench_recovery.py --store dir --counts 10,1000000
-    .venv/bin/python bench/bench_recovery.py --store s3 --counts 10,100000
+    WEASELDB_BENCH_S3_BASE=s3://BUCKET WEASELDB_BENCH_S3_QUERY='?endpoint=URL&region=R' \
+        .venv/bin/python bench/bench_recovery.py --store s3 --counts 10,100000
 
 Fills a fresh database with N real batch objects (one term, gapless), then times what a
 new leader does before it can open its term: claim (one LIST of terms, one create) and
@@ -103,7 +104,9 @@ def measure(store_kind: str, count: int, runs: int) -> dict[str, object]:
             fill_directory(scratch, count)
             store: BlobStore = DirectoryStore(scratch)
         else:
-            store = open_store(os.environ["WEASELDB_BENCH_S3_URL"] + f"/n{count}-{time.time_ns()}")
+            base = os.environ["WEASELDB_BENCH_S3_BASE"]  # s3://BUCKET
+            query = os.environ.get("WEASELDB_BENCH_S3_QUERY", "")  # ?endpoint=...&region=...
+            store = open_store(f"{base}/n{count}-{time.time_ns()}{query}")
             fill_started = time.perf_counter()
         return asyncio.run(_measure(store, store_kind, count, runs, fill_started))
     finally:

@@ -77,6 +77,16 @@ class GatewayConfig(_Section):
     """A commit not answered by the pipeline in this time gets 503 not_leader (outcome unknown)."""
     workers: int = Field(1, ge=1, le=64)
     """Gateway worker processes sharing the client port."""
+    subscriber_buffer_bytes: int = Field(10 * MiB, ge=1024)
+    """Unsent change-stream data one ``/v1/subscribe`` client may fall behind by; beyond it
+    that client alone is disconnected."""
+    checkpoint_interval_s: float = Field(1.0, gt=0)
+    """An idle change stream gets a ``checkpoint`` event this often."""
+    keepalive_interval_s: float = Field(30.0, gt=0)
+    """A change stream gets a ``: keepalive`` comment line this often."""
+    store_pool_size: int = Field(10, ge=1)
+    """Connections each gateway worker keeps to the object store (status lookups of older
+    ids, history for subscribers, retention policies, snapshot listing)."""
 
 
 class Ports(_Section):

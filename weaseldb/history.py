@@ -46,3 +46,34 @@ async def valid_batches(store: BlobStore) -> AsyncIterator[batchfile.Batch]:
 
 async def committed_transactions(store: BlobStore) -> list[batchfile.Transaction]:
     return [t async for b in valid_batches(store) for t in b.transactions]
+
+
+async def retained_start(store: BlobStore) -> int:
+    """The first version the store still holds: 1 while nothing was garbage collected, else
+    the first version of the oldest remaining batch (history below it is truncated)."""
+    keys = await store.list(layout.BATCHES, limit=1)
+    if not keys:
+        return 1
+    numbers = await all_batch_numbers(store)
+    if numbers[0] == NUMBER_TOP:
+        return 1
+    return (await read_batch(store, numbers[0])).first_version
+
+
+async def log_after(
+    store: BlobStore, after: int
+) -> AsyncIterator[tuple[int, str, batchfile.Transaction]]:
+    """(prev_version, leader_id, transaction) for every valid transaction with a version
+    above `after`, oldest first. `prev_version` is the previous transaction's version in the
+    valid log (for the oldest retained batch: its first version - 1)."""
+    prev: int | None = None
+    async for batch in valid_batches(store):
+        if prev is None:
+            prev = batch.first_version - 1
+        if batch.last_version <= after:
+            prev = batch.last_version
+            continue
+        for tx in batch.transactions:
+            if tx.version > after:
+                yield prev, batch.leader_id, tx
+            prev = tx.version

@@ -106,10 +106,46 @@ class CommitReply(msgspec.Struct, tag="C", array_like=True):
 
 
 class StatusReply(msgspec.Struct, tag="S", array_like=True):
+    """Released once everything up to `upper_bound` is durable or failed. `outcome` and
+    `version` come from the persister's memory of recent outcomes ("" when the id is not
+    remembered); that memory covers every commit with a version >= `memory_floor`."""
+
     ticket: int
     request_id: str
     upper_bound: int
     committed_version: int
+    outcome: str = ""
+    version: int = 0
+    memory_floor: int = 0
+
+
+class EventTransaction(msgspec.Struct, array_like=True, frozen=True):
+    """One committed (or accepted) transaction as the change stream shows it."""
+
+    version: int
+    request_id: str
+    timestamp_ms: int
+    operations: list[Operation]
+
+
+class DurableEvents(msgspec.Struct, tag="D", array_like=True):
+    """Persister -> every gateway worker, once per release round: the transactions just
+    made durable, in version order. `prev_version` is the version of the transaction
+    released just before the first one (so the stream carries it without a lookup)."""
+
+    prev_version: int
+    transactions: list[EventTransaction]
+
+
+class AcceptedEvents(msgspec.Struct, tag="A", array_like=True):
+    """Resolver -> every gateway worker, once per ring batch: the transactions the resolver
+    accepted (not durable yet). `resolved_through` is the newest version resolved so far,
+    accepted or not, so the gateway knows how far the accepted stream is complete."""
+
+    term: int
+    prev_version: int
+    resolved_through: int
+    transactions: list[EventTransaction]
 
 
 class Progress(msgspec.Struct, tag="P", array_like=True):
@@ -127,7 +163,16 @@ class LeaderLost(msgspec.Struct, tag="L", array_like=True):
     reason: str
 
 
-GatewayMessage = CommitReply | StatusReply | Progress | TermStart | LeaderLost | Shutdown
+GatewayMessage = (
+    CommitReply
+    | StatusReply
+    | Progress
+    | TermStart
+    | LeaderLost
+    | Shutdown
+    | DurableEvents
+    | AcceptedEvents
+)
 
 _ring_encoder = msgspec.msgpack.Encoder()
 _ring_decoder = msgspec.msgpack.Decoder(list[RingEntry])

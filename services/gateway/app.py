@@ -15,13 +15,15 @@ from typing import Any
 
 import msgspec
 import orjson
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.gateway import errors
+from services.gateway.client_api import SUBSCRIBE_PATH, ClientApi
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.requests import CommitRequest, Limits, parse_commit
+from weaseldb.blobstore import open_store
 from weaseldb.config import Config
 from weaseldb.protocol import CommitEntry, CommitReply
 from weaseldb.ring import Endpoints, Ring
@@ -68,6 +70,8 @@ class GatewayStage:
             VersionCell(Path(config.run_dir) / "committed.version"),
             timeout_s=config.gateway.commit_timeout_s,
         )
+        self.store = open_store(config.store, pool_size=config.gateway.store_pool_size)
+        self.api = ClientApi(config, self.client, self.store)
         self._signalled = asyncio.Event()
 
     async def run(self, http: HttpServer) -> int:
@@ -78,11 +82,13 @@ class GatewayStage:
         ]
         await self._signalled.wait()
         self.health.set(False, "shutting down")
+        self.api.close_streams()  # change streams end cleanly; clients resume elsewhere
         http.stop()  # stop accepting; in-flight requests still get their answers
         await http.finished.wait()
         drained = await self.client.shutdown(self.config.drain_timeout_s)
         for task in tasks:
             task.cancel()
+        await self.store.close()
         return 0 if drained else 1
 
     def on_signal(self) -> None:
@@ -161,6 +167,9 @@ class CommitRoute:
         self.limit = stage.config.gateway.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == SUBSCRIBE_PATH:
+            await self.stage.api.subscribe(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["path"] != COMMIT_PATH:
             await self.app(scope, receive, send)
             return
@@ -251,6 +260,34 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
                 "leader_id": stage.client.leadership.leader_id,
             }
         )
+
+    api = stage.api
+
+    @app.get("/v1/status", tags=["client"], summary="Outcome of a commit by request id")
+    async def status(request_id: str, min_version: int = Query(0, ge=0, lt=2**64)) -> Response:
+        stage.require_leader()
+        return _json(await api.status(request_id, min_version))
+
+    @app.put("/v1/retention/{policy_id}", tags=["retention"], summary="Create or advance")
+    async def put_policy(policy_id: str, request: Request) -> Response:
+        return _json((await api.put_policy(policy_id, await request.body())).as_json())
+
+    @app.get("/v1/retention/{policy_id}", tags=["retention"], summary="One policy")
+    async def get_policy(policy_id: str) -> Response:
+        return _json((await api.get_policy(policy_id)).as_json())
+
+    @app.get("/v1/retention/", tags=["retention"], summary="Every policy")
+    async def list_policies() -> Response:
+        return _json({"policies": await api.list_policies()})
+
+    @app.delete("/v1/retention/{policy_id}", tags=["retention"], summary="Remove a policy")
+    async def delete_policy(policy_id: str) -> Response:
+        await api.delete_policy(policy_id)
+        return Response(status_code=204)
+
+    @app.get("/v1/snapshots", tags=["client"], summary="Published snapshots, newest first")
+    async def snapshots() -> Response:
+        return _json({"snapshots": await api.snapshots()})
 
     _document_commit(app)
     return stage, CommitRoute(app, stage)

@@ -53,6 +53,10 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
+class LogTruncated(ApiError):
+    status, code = 410, "log_truncated"
+
+
 def render(error: Exception) -> tuple[int, bytes, dict[str, str]]:
     """Status, JSON body and headers for any error raised while serving a request."""
     if isinstance(error, ApiError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from weaseldb.protocol import (
@@ -55,6 +56,8 @@ class PipelineClient:
         self._waiting: dict[int, asyncio.Future[Reply]] = {}
         self._queue: list[RingEntry] = []
         self._queued = asyncio.Event()
+        # Sees every message that is not an answer (events, progress, term changes).
+        self.observer: Callable[[object], None] | None = None
 
     @property
     def committed_version(self) -> int:
@@ -109,7 +112,10 @@ class PipelineClient:
             future = self._waiting.pop(message.ticket, None)
             if future is not None and not future.done():
                 future.set_result(message)
-        elif isinstance(message, Progress):
+            return
+        if self.observer is not None:
+            self.observer(message)
+        if isinstance(message, Progress):
             self.leadership.leader_id, self.leadership.term = message.leader_id, message.term
         elif isinstance(message, TermStart):
             self._start_term(message)

@@ -30,6 +30,9 @@ from weaseldb.config import Config
 from weaseldb.layout import is_newer_term
 from weaseldb.protocol import (
     CommitEntry,
+    CommitState,
+    DurableEvents,
+    EventTransaction,
     GatewayMessage,
     LeaderLost,
     Progress,
@@ -83,6 +86,11 @@ class PersisterStage:
         self._outgoing: dict[int, list[GatewayMessage]] = defaultdict(list)
         self._outgoing_ready = asyncio.Event()
         self._puts_counted = 0
+        # Released transactions not yet sent as DurableEvents, and the version released
+        # just before them (the change stream's prev_version).
+        self._events: list[EventTransaction] = []
+        self._events_prev = 0
+        self._last_released_tx = 0
 
     # Lifecycle
 
@@ -144,6 +152,8 @@ class PersisterStage:
         term = await open_term(self._store, claimed, self._config.persister)
         self._term = term
         self._committed = term.last_version
+        self._answers.start_term(term.last_version + 1)
+        self._last_released_tx = self._events_prev = term.last_version
         self._cell.write(term.last_version)
         COMMITTED.set(term.last_version)
         TERM.set(term.term)
@@ -223,6 +233,19 @@ class PersisterStage:
                 self._committed = slot.last_version
                 BATCHES.inc()
             for entry in slot.riders:
+                if (
+                    slot.number is not None
+                    and isinstance(entry, CommitEntry)
+                    and entry.state is CommitState.ACCEPTED
+                ):
+                    if not self._events:
+                        self._events_prev = self._last_released_tx
+                    self._events.append(
+                        EventTransaction(
+                            entry.version, entry.request_id, entry.timestamp_ms, entry.operations
+                        )
+                    )
+                    self._last_released_tx = entry.version
                 reply = self._answers.reply(entry, self._committed)
                 if reply is not None and isinstance(entry, (CommitEntry, StatusEntry)):
                     self._outgoing[entry.origin].append(reply)
@@ -251,8 +274,19 @@ class PersisterStage:
         if self._engine is not None:
             PUTS.inc(self._engine.puts - self._puts_counted)
             self._puts_counted = self._engine.puts
+        events: bytes | None = None
+        if self._events:
+            # Encoded once for every worker: the cost is per release round, not per
+            # worker or subscriber. Sent before Progress, so a worker that has seen
+            # Progress(v) has seen every transaction up to v.
+            events = encode_batch(
+                list[GatewayMessage]([DurableEvents(self._events_prev, self._events)])
+            )
+            self._events = []
         progress = Progress(self._committed, self._term.leader_id, self._term.term)
         for worker, outbox in enumerate(self._gateways):
+            if events is not None:
+                await outbox.send(events)
             await outbox.send(encode_batch([progress, *outgoing.get(worker, [])]))
 
     async def _broadcast(self, messages: list[GatewayMessage]) -> None:

@@ -1,0 +1,77 @@
+"""Server-Sent Events framing for `/v1/subscribe` (pure: no framework, no I/O).
+
+Each transaction is rendered once into the bytes every subscriber receives, so fanning an
+event out to many subscribers costs a reference append per subscriber, not a render.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from typing import Any
+
+import orjson
+
+from weaseldb.protocol import Delete, EventTransaction, Operation, Write
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def operation_json(op: Operation) -> dict[str, str]:
+    if isinstance(op, Write):
+        return {"type": "write", "key": _b64(op.key), "value": _b64(op.value)}
+    if isinstance(op, Delete):
+        return {"type": "delete", "key": _b64(op.key)}
+    return {"type": "range_delete", "begin": _b64(op.begin), "end": _b64(op.end)}
+
+
+def timestamp(ms: int) -> str:
+    """Milliseconds since the epoch as ``2026-01-01T00:00:00.000Z``."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def transaction_body(tx: EventTransaction, prev_version: int, leader_id: str) -> dict[str, Any]:
+    return {
+        "request_id": tx.request_id,
+        "version": tx.version,
+        "prev_version": prev_version,
+        "timestamp": timestamp(tx.timestamp_ms),
+        "leader_id": leader_id,
+        "operations": [operation_json(op) for op in tx.operations],
+    }
+
+
+def transaction_event(tx: EventTransaction, prev_version: int, leader_id: str) -> bytes:
+    data = orjson.dumps(transaction_body(tx, prev_version, leader_id))
+    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (tx.version, data)
+
+
+def checkpoint_event(committed_version: int, leader_id: str) -> bytes:
+    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
+    return b"event: checkpoint\ndata: %s\n\n" % data
+
+
+def parse_after(after: str | None, last_event_id: str | None) -> int | None:
+    """The `after` version from the query or the Last-Event-ID header (the query wins);
+    None when neither is given. ValueError for anything but an unsigned 64-bit integer."""
+    raw = after if after is not None else last_event_id
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or int(raw) >= 2**64:
+        raise ValueError(f"not an unsigned 64-bit version: {raw!r}")
+    return int(raw)
+
+
+def parse_bool(raw: str | None, default: bool) -> bool:
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise ValueError(f"expected true or false, not {raw!r}")

@@ -1,0 +1,100 @@
+"""Pure pieces of the client API: status decisions, SSE framing, retention rules and the
+subscriber hand-over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.gateway import retention, sse
+from services.gateway import status as st
+from services.gateway.requests import BadRequest
+from services.gateway.subscriptions import CLOSED_LEADER, CLOSED_SLOW, Hub
+from weaseldb.protocol import DurableEvents, EventTransaction, StatusReply, Write
+from weaseldb.types import Outcome
+
+
+def reply(outcome: str = "", version: int = 0, floor: int = 50, upper: int = 100) -> StatusReply:
+    return StatusReply(1, "r", upper, upper, outcome, version, floor)
+
+
+def test_status_decide_from_memory_or_store() -> None:
+    assert st.decide(reply("committed", 70), 0) == st.Answer(Outcome.COMMITTED, 70)
+    assert st.decide(reply("not_committed"), 0) == st.Answer(Outcome.NOT_COMMITTED)
+    assert st.decide(reply(), 50) == st.Answer(Outcome.NOT_COMMITTED)  # memory covers it
+    assert st.decide(reply(), 10) == st.ReadStore(10, 49)
+    assert st.decide(reply(floor=200), 0) == st.ReadStore(0, 100)
+
+
+def test_status_search() -> None:
+    log = [st.StoredTx(5, "a"), st.StoredTx(9, "b")]
+    assert st.search("b", 0, 20, 1, log).version == 9
+    assert st.search("b", 0, 8, 1, log).status == Outcome.NOT_COMMITTED
+    assert st.search("c", 0, 20, 5, log).status == Outcome.LOG_TRUNCATED
+    assert st.search("c", 5, 20, 5, log).status == Outcome.NOT_COMMITTED
+
+
+def tx(version: int) -> EventTransaction:
+    return EventTransaction(version, f"r{version}", 0, [Write(b"k", b"v")])
+
+
+def test_sse_framing_and_parsing() -> None:
+    event = sse.transaction_event(tx(7), 5, "L")
+    assert event.startswith(b"id: 7\nevent: transaction\ndata: {") and event.endswith(b"\n\n")
+    assert b'"prev_version":5' in event and b'"timestamp":"1970-01-01T00:00:00.000Z"' in event
+    assert sse.checkpoint_event(3, "L") == (
+        b'event: checkpoint\ndata: {"committed_version":3,"leader_id":"L"}\n\n'
+    )
+    assert sse.parse_after(None, "12") == 12 and sse.parse_after("3", "12") == 3
+    assert sse.parse_after(None, None) is None
+    for bad in ("-1", "x", str(2**64)):
+        with pytest.raises(ValueError):
+            sse.parse_after(bad, None)
+    assert sse.parse_bool("false", True) is False
+
+
+def test_retention_rules() -> None:
+    assert retention.parse_body(b'{"version": 3}') == 3
+    for body in (b"{", b"[]", b'{"version": -1}', b'{"version": true}', b'{"version": 1, "x": 1}'):
+        with pytest.raises(BadRequest):
+            retention.parse_body(body)
+    with pytest.raises(BadRequest):
+        retention.check_policy_id("a/b")
+    current = retention.update(None, "p", 5, "t")
+    assert retention.update(current, "p", 5, "t2").version == 5
+    with pytest.raises(retention.MovesBack):
+        retention.update(current, "p", 4, "t3")
+    assert retention.decode(current.encode()) == current
+
+
+def test_hand_over_drops_duplicates_and_keeps_order() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=1 << 20)
+        sub = hub.register(durable=True)
+        hub.on_durable(DurableEvents(0, [tx(1), tx(2)]))
+        hub.on_durable(DurableEvents(2, [tx(3), tx(4)]))
+        sub.go_live(3)  # history already sent 1..3
+        hub.on_durable(DurableEvents(4, [tx(5)]))
+        hub.on_durable(DurableEvents(4, [tx(5)]))  # a repeated round is ignored
+        data = sub.take()
+        assert [int(line[4:]) for line in data.split(b"\n") if line.startswith(b"id: ")] == [4, 5]
+
+    asyncio.run(run())
+
+
+def test_slow_subscriber_is_cut_alone_and_leader_change() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=2000)
+        slow, fast = hub.register(durable=True), hub.register(durable=False)
+        slow.go_live(0)
+        cut: list[bool] = []
+        slow.on_cut = lambda: cut.append(True)
+        for v in range(1, 40):
+            hub.on_durable(DurableEvents(v - 1, [tx(v)]))
+        assert slow.closed == CLOSED_SLOW and cut == [True] and hub.dropped == 1
+        assert hub.subscribers == 1
+        hub.on_leader_lost()
+        assert fast.closed == CLOSED_LEADER and not fast.flush_first
+
+    asyncio.run(run())

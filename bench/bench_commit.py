@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -34,6 +33,7 @@ from loadgen import Result, WeaselWorkload, run
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.minio import MinioServer, minio_binary
+from tests.support.waiting import http_ok, wait_for
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 CONCURRENCY = [1, 4, 16, 64]
@@ -71,14 +71,7 @@ class EtcdWorkload:
 
 
 def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError(url)
+    wait_for(lambda: http_ok(url), timeout, url)
 
 
 def sweep(url: str, body, classify, seconds: float, levels=CONCURRENCY) -> list[Result]:  # type: ignore[no-untyped-def]

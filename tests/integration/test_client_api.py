@@ -18,6 +18,7 @@ import pytest
 from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.sse import Subscription
+from tests.support.waiting import wait_for
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import committed_transactions
 
@@ -39,13 +40,6 @@ def status(url: str, request_id: str, **params: Any) -> dict[str, Any]:
     answer = httpx.get(f"{url}/v1/status", params={"request_id": request_id, **params}, timeout=30)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
-
-
-def wait_for(predicate, timeout: float = 30, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
-        time.sleep(0.02)
 
 
 def log_versions(data: Path) -> list[int]:
@@ -142,7 +136,11 @@ def test_subscribers_at_different_points_see_one_gapless_sequence(
         load.stop()
     final = httpx.get(f"{cluster.url}/v1/version").json()["version"]
     for sub in subs:
-        wait_for(lambda s=sub: bool(s.checkpoints) and s.checkpoints[-1] >= final)
+
+        def caught_up(s: Subscription = sub) -> bool:
+            return bool(s.checkpoints) and s.checkpoints[-1] >= final
+
+        wait_for(caught_up)
         sub.stop()
     log = log_versions(tmp_path / "data")
     for sub, after in zip(subs, (0, 0, 5, 5, 12, 12), strict=False):

@@ -11,9 +11,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.integration.test_client_api import commit, log_versions, status, wait_for
+from tests.integration.test_client_api import commit, log_versions, status
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.sse import Subscription
+from tests.support.waiting import wait_for
 from weaseldb import batchfile, layout
 from weaseldb.batchfile import Batch, BatchKind, Transaction
 from weaseldb.blobstore.directory import DirectoryStore

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import os
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -14,6 +13,7 @@ import pytest
 
 from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
+from tests.support.waiting import wait_for
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import committed_transactions
 
@@ -26,13 +26,6 @@ def stored(data_dir: Path) -> dict[str, int]:
     versions = [t.version for t in transactions]
     assert versions == sorted(set(versions)), "versions in the log must be unique and ordered"
     return {t.request_id: t.version for t in transactions}
-
-
-def wait_for(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path, run_dir: Path) -> None:

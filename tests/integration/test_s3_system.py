@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -16,18 +15,12 @@ from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.load import Load
 from tests.support.minio import MinioServer
 from tests.support.tcpproxy import DelayProxy
+from tests.support.waiting import wait_for
 from weaseldb import batchfile, history
 from weaseldb.blobstore import open_store
 from weaseldb.recovery import read_batch, valid_flags
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
-        time.sleep(0.05)
 
 
 def valid_log(url: str) -> dict[str, int]:
@@ -104,9 +97,10 @@ def test_split_brain_one_leader_survives_and_nothing_acknowledged_is_lost(
     b = s3_set(url, short_run_dir()).start()  # claims the next term while A is writing
     load_b = Load(b.url, concurrency=16).start()
     try:
-        assert a.process is not None
-        wait_for(lambda: a.process.poll() is not None, what="A deposed")
-        assert a.process.returncode != 0
+        process_a = a.process
+        assert process_a is not None
+        wait_for(lambda: process_a.poll() is not None, what="A deposed")
+        assert process_a.returncode != 0
         wait_for(lambda: len(load_b.acknowledged) >= 100, what="B's commits")
     finally:
         load_a.stop()
@@ -170,9 +164,10 @@ def test_store_outage_fails_cleanly_and_the_set_recovers(minio: MinioServer, run
         load = Load(cluster.url, concurrency=16).start()
         wait_for(lambda: len(load.acknowledged) >= 100, what="commits before the outage")
         own.stop()
-        assert cluster.process is not None
-        wait_for(lambda: cluster.process.poll() is not None, timeout=90, what="leader exit")
-        assert cluster.process.returncode != 0
+        leader_process = cluster.process
+        assert leader_process is not None
+        wait_for(lambda: leader_process.poll() is not None, timeout=90, what="leader exit")
+        assert leader_process.returncode != 0
         load.stop()
         assert set(load.errors) <= {0, 503}, f"unexpected answers during the outage: {load.errors}"
 
@@ -218,8 +213,9 @@ def test_standby_waits_without_deposing_until_promoted(minio: MinioServer, tmp_p
 
         httpx.post(f"http://127.0.0.1:{standby.port + 3}/promote").raise_for_status()
         standby.wait_ready(60)
-        assert leader.process is not None
-        wait_for(lambda: leader.process.poll() is not None, what="old leader deposed")
+        old = leader.process
+        assert old is not None
+        wait_for(lambda: old.poll() is not None, what="old leader deposed")
         after = httpx.post(
             f"{standby.url}/v1/commit",
             json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},

@@ -9,11 +9,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from tests.support.waiting import http_ok, wait_for
 
 
 def free_port_block(size: int = 4) -> int:
@@ -81,17 +80,15 @@ class ProcessSet:
         return self
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"weaseldb up exited {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"not ready after {timeout}s:\n{self.log()}")
+            return http_ok(f"{self.url}/readyz")
+
+        try:
+            wait_for(ready, timeout, "readiness")
+        except AssertionError:
+            raise TimeoutError(f"not ready after {timeout}s:\n{self.log()}") from None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""

@@ -7,14 +7,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from tests.support.cluster import free_port_block
+from tests.support.waiting import http_ok, wait_for
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 ACCESS_KEY = "weaseldb-test"
@@ -74,15 +72,7 @@ class MinioServer:
         return self
 
     def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.endpoint}/minio/health/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError("MinIO did not become ready")
+        wait_for(lambda: http_ok(f"{self.endpoint}/minio/health/ready"), timeout, "MinIO ready")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

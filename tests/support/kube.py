@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from tests.support.cluster import free_port_block
+from tests.support.waiting import wait_for
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 REPO = Path(__file__).resolve().parents[2]
@@ -204,7 +205,19 @@ class ControlPlane:
     def install_crds(self) -> None:
         for path in crd_files():
             self.kubectl("apply", "--server-side", "-f", str(path))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        wait_for(self._crds_established, 60, "CRDs established")
+
+    def _crds_established(self) -> bool:
+        """Every CRD reports Established. (`kubectl wait ... crd --all` fails outright, rather
+        than waiting, while a new CRD has no conditions yet, which happens under load.)"""
+        crds = self.get("crd")["items"]
+        return bool(crds) and all(
+            any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or []
+            )
+            for crd in crds
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory helm-lint
 
 format: install
 	$(VENV)/bin/ruff format .

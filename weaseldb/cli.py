@@ -93,6 +93,7 @@ def cmd_service(args: argparse.Namespace) -> int:
 async def _serve(name: str, cfg: Config, worker: int) -> int:
     from starlette.types import ASGIApp
 
+    from weaseldb import tracing
     from weaseldb.blobstore import BlobStore, open_store
     from weaseldb.ring import Ring
     from weaseldb.service import Stage, listening_socket, run_stage
@@ -123,9 +124,11 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
         cfg.host, port, reuse_port=name == "gateway" and cfg.gateway.workers > 1
     )
     label = f"{name}-{worker}" if name == "gateway" else name
+    tracing.setup(label)
     try:
         return await run_stage(label, stage, app, sock, cfg.run_dir)
     finally:
+        tracing.shutdown()
         if store is not None:
             await store.close()
         ring.close()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 
+from weaseldb import tracing
 from weaseldb.protocol import RingEntry, Shutdown, decode_batch, encode_batch
 from weaseldb.ring import Inbox, Outbox
 from weaseldb.service import Health, HttpServer
@@ -69,6 +71,7 @@ class RelayStage:
         stage = self.name
         while True:
             entries = [e for frame in await self._inbox.receive() for e in decode_batch(frame)]
+            started_ns = time.time_ns()
             forward = self._process(entries)
             ENTRIES.labels(stage).inc(len(entries))
             BATCH.labels(stage).observe(len(entries))
@@ -80,5 +83,6 @@ class RelayStage:
                     forward.append(Shutdown())
             if forward:
                 await self._outbox.send(encode_batch(forward))
+            tracing.record_stage(stage, forward, started_ns, time.time_ns())
             if self._shutdowns_needed <= 0:
                 return 0

@@ -23,6 +23,7 @@ from services.gateway import errors
 from services.gateway.client_api import SUBSCRIBE_PATH, ClientApi
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.requests import CommitRequest, Limits, parse_commit
+from weaseldb import tracing
 from weaseldb.blobstore import open_store
 from weaseldb.config import Config
 from weaseldb.protocol import CommitEntry, CommitReply
@@ -118,6 +119,7 @@ class GatewayStage:
                 version=self.client.committed_version,
             )
         ticket = self.client.new_ticket()
+        span, traceparent = tracing.start_commit(traceparent)
         entry = CommitEntry(
             self.client.worker,
             ticket,
@@ -127,7 +129,12 @@ class GatewayStage:
             trace=traceparent,
         )
         started = time.perf_counter()
-        reply = await self._await_reply(entry, ticket)
+        try:
+            reply = await self._await_reply(entry, ticket)
+        except BaseException:
+            tracing.end_commit(span, "not_leader", 0)
+            raise
+        tracing.end_commit(span, reply.status, reply.version)
         LATENCY.observe(time.perf_counter() - started)
         COMMITS.labels(reply.status).inc()
         return self._commit_answer(reply)

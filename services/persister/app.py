@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +24,7 @@ from services.persister.leadership import (
     open_term,
 )
 from services.persister.release import Slot
-from weaseldb import recovery
+from weaseldb import recovery, tracing
 from weaseldb.blobstore import BlobError, BlobStore
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
@@ -228,7 +229,9 @@ class PersisterStage:
     # Answers
 
     def _released(self, slots: list[Slot]) -> None:
+        released_ns = time.time_ns()
         for slot in slots:
+            tracing.record_stage("persister", slot.riders, slot.opened_ns, released_ns)
             if slot.number is not None:
                 self._committed = slot.last_version
                 BATCHES.inc()

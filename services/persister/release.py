@@ -7,6 +7,7 @@ status lookups) and is durable at once, but still waits for the slots before it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ class Slot:
     riders: list[RingEntry] = field(default_factory=list)
     durable: bool = False
     attempts: int = 0
+    opened_ns: int = field(default_factory=time.time_ns)  # wall clock, for traces
 
 
 class OrderedRelease:

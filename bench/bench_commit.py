@@ -184,16 +184,20 @@ def plot(results: dict[str, list[Result]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name, series in results.items():
+    for index, (name, series) in enumerate(results.items()):
+        color = f"C{index}"  # one colour per system in both panels
         xs = [r.concurrency for r in series]
-        left.plot(xs, [r.throughput for r in series], marker="o", label=name)
+        left.plot(xs, [r.throughput for r in series], marker="o", color=color, label=name)
         if name != "noop POST":
-            right.plot(xs, [r.percentile(99) for r in series], marker="o", label=f"{name} p99")
+            right.plot(
+                xs, [r.percentile(99) for r in series], marker="o", color=color, label=f"{name} p99"
+            )
             right.plot(
                 xs,
                 [r.percentile(50) for r in series],
                 marker=".",
                 linestyle="--",
+                color=color,
                 label=f"{name} p50",
             )
     for axis, title, unit in ((left, "throughput", "requests/s"), (right, "latency", "ms")):

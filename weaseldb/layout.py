@@ -6,8 +6,6 @@ ascending LIST returns the newest first. "Older" means a higher number.
 
 from __future__ import annotations
 
-from weaseldb.types import NUMBER_TOP, BatchNumber, Term
-
 BATCHES = "batches/"
 TERMS = "terms/"
 SNAPSHOTS = "snapshots/"
@@ -32,19 +30,6 @@ def number_of(key: str) -> int:
     if len(tail) != 20 or not tail.isdigit():
         raise ValueError(f"not a numbered key: {key!r}")
     return int(tail)
-
-
-def first_batch() -> BatchNumber:
-    return BatchNumber(NUMBER_TOP)
-
-
-def first_term() -> Term:
-    return Term(NUMBER_TOP)
-
-
-def newer(number: int, steps: int = 1) -> int:
-    """The number `steps` places newer (numbers count down)."""
-    return number - steps
 
 
 def is_newer_term(candidate: int, than: int) -> bool:

@@ -82,10 +82,6 @@ class Engine:
     def in_flight(self) -> int:
         return self._in_flight
 
-    @property
-    def unreleased(self) -> int:
-        return len(self._release)
-
     def submit(self, entries: list[RingEntry]) -> None:
         """Take one ring batch of resolved entries."""
         if self.failure is not None:

@@ -44,9 +44,6 @@ class Sequencer:
         self._sequenced.clear()
         return True
 
-    def end_term(self) -> None:
-        self._next_version = None
-
     def sequence(self, entries: list[RingEntry], now_ms: int) -> list[RingEntry]:
         """Fill in every entry of one ring batch, in order; returns the entries to forward
         (repeated announcements of the current term are dropped here, once)."""

@@ -12,6 +12,7 @@ from weaseldb import batchfile, layout
 from weaseldb.blobstore import BlobStore
 from weaseldb.recovery import read_batch
 from weaseldb.types import NUMBER_TOP
+from weaseldb.validity import ValidityWalk
 
 
 async def all_batch_numbers(store: BlobStore) -> list[int]:
@@ -32,15 +33,14 @@ async def valid_batches(store: BlobStore) -> AsyncIterator[batchfile.Batch]:
     """The valid batches, oldest first, up to the first gap (nothing after a gap is durable
     history yet). Void batches (an older term after a newer one) are skipped."""
     numbers = await all_batch_numbers(store)
-    newest_term = NUMBER_TOP + 1
+    walk = ValidityWalk()
     expected = numbers[0] if numbers else None
     for number in numbers:
         if number != expected:
             return
         expected = number - 1
         batch = await read_batch(store, number)
-        if batch.term <= newest_term:
-            newest_term = batch.term
+        if walk.admit(batch.term):
             yield batch
 
 

@@ -10,6 +10,10 @@ BATCHES = "batches/"
 TERMS = "terms/"
 SNAPSHOTS = "snapshots/"
 RETENTION = "retention/"
+REQUEST_IDS = "requestids/"
+#: Where the retained log starts after garbage collection (see `log_start_key`).
+LOG_START = "logstart/"
+MANIFEST_SUFFIX = ".manifest"
 
 
 def batch_key(number: int) -> str:
@@ -22,6 +26,38 @@ def term_key(term: int) -> str:
 
 def retention_key(policy_id: str) -> str:
     return f"{RETENTION}{policy_id}"
+
+
+def manifest_key(version: int) -> str:
+    """The object whose existence publishes the snapshot at `version`."""
+    return f"{SNAPSHOTS}{version:020d}{MANIFEST_SUFFIX}"
+
+
+def snapshot_dir(version: int) -> str:
+    """Where the Parquet files of the snapshot at `version` live."""
+    return f"{SNAPSHOTS}{version:020d}/"
+
+
+def request_index_key(newest_batch: int, oldest_batch: int) -> str:
+    """A request-id index segment covering batches `oldest_batch` down to `newest_batch`
+    (numbers count down, so newest <= oldest and an ascending LIST is newest first)."""
+    return f"{REQUEST_IDS}{newest_batch:020d}-{oldest_batch:020d}"
+
+
+def request_index_span(key: str) -> tuple[int, int]:
+    """(newest_batch, oldest_batch) of a segment key; ValueError for anything else."""
+    tail = key.rsplit("/", 1)[-1]
+    newest, _, oldest = tail.partition("-")
+    if len(newest) != 20 or len(oldest) != 20 or not (newest + oldest).isdigit():
+        raise ValueError(f"not a request-id index key: {key!r}")
+    return int(newest), int(oldest)
+
+
+def log_start_key(after_batch: int) -> str:
+    """A marker, written create-only by garbage collection before it deletes anything: the
+    retained log starts right after batch `after_batch` (numbers count down, so the newest
+    marker is listed first). Its body holds the validity seed at that batch."""
+    return f"{LOG_START}{after_batch:020d}"
 
 
 def number_of(key: str) -> int:

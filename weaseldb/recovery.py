@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from weaseldb import batchfile, layout
 from weaseldb.blobstore import BlobStore, NotFound
 from weaseldb.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
+from weaseldb.validity import valid_flags
 
 #: A deposed leader can only still write within this many numbers newer than the batch that
 #: fenced it (its in-flight window), so a new leader fills that many numbers with empty
@@ -42,19 +43,6 @@ def scan_listing(numbers: Sequence[int], *, complete: bool) -> ListingScan:
             break
         watermark = number
     return ListingScan(watermark=watermark, next_number=watermark - 1)
-
-
-def valid_flags(terms_old_to_new: Sequence[int]) -> list[bool]:
-    """The validity rule over a gapless run of batches, oldest first: a batch is valid when
-    its term is the same as, or newer than, the newest term seen so far (newer = lower)."""
-    flags = []
-    newest = NUMBER_TOP + 1
-    for term in terms_old_to_new:
-        valid = term <= newest
-        flags.append(valid)
-        if valid:
-            newest = term
-    return flags
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from tests.support.tcpproxy import DelayProxy
 from tests.support.waiting import wait_for
 from weaseldb import batchfile, history
 from weaseldb.blobstore import open_store
-from weaseldb.recovery import read_batch, valid_flags
+from weaseldb.recovery import read_batch
+from weaseldb.validity import valid_flags
 
 pytestmark = pytest.mark.slow
 

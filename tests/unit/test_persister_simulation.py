@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from services.persister.engine import Engine
 from services.persister.leadership import OpenedTerm, claim, open_term
 from services.persister.release import Slot
-from weaseldb import batchfile, history, layout, recovery
+from weaseldb import batchfile, history, layout, recovery, validity
 from weaseldb.blobstore import AlreadyExists, TransientError
 from weaseldb.blobstore.memory import MemoryStore
 from weaseldb.config import PersisterConfig
@@ -183,7 +183,7 @@ class PersisterSimulation(RuleBasedStateMachine):
         numbers = self.loop.run_until_complete(history.all_batch_numbers(self.store))
         gapless = [n for i, n in enumerate(numbers) if n == numbers[0] - i]
         batches = [self._decoded(n) for n in gapless]
-        flags = recovery.valid_flags([b.term for b in batches])
+        flags = validity.valid_flags([b.term for b in batches])
         durable = {
             t.version for b, ok in zip(batches, flags, strict=True) if ok for t in b.transactions
         }

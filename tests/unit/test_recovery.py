@@ -1,7 +1,8 @@
 import pytest
 
-from weaseldb.recovery import ListingScan, scan_listing, valid_flags
+from weaseldb.recovery import ListingScan, scan_listing
 from weaseldb.types import NUMBER_TOP
+from weaseldb.validity import GENESIS, Seed, valid_flags
 
 TOP = NUMBER_TOP
 
@@ -57,3 +58,15 @@ def test_scan_listing(listing: list[int], complete: bool, expected: ListingScan)
 )
 def test_validity_rule(terms: list[int], flags: list[bool]) -> None:
     assert valid_flags(terms) == flags
+
+
+@pytest.mark.parametrize(
+    ("seed", "terms", "flags"),
+    [
+        pytest.param(Seed(100, 8), [9, 9, 8], [False, False, True], id="void-front-after-gc"),
+        pytest.param(Seed(100, 9), [9, 8, 9], [True, True, False], id="seeded-like-genesis"),
+        pytest.param(GENESIS, [9, 9, 8], [True, True, True], id="unseeded-takes-front-as-valid"),
+    ],
+)
+def test_validity_rule_seeded(seed: Seed, terms: list[int], flags: list[bool]) -> None:
+    assert valid_flags(terms, seed) == flags

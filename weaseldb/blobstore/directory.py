@@ -42,6 +42,7 @@ class DirectoryStore:
     def __init__(self, root: str | os.PathLike[str], *, threads: int = 32) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._durable_dirs: set[Path] = set()
         # Writes block in fsync; give them their own pool so a burst of batches does not
         # queue behind asyncio's small default executor.
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dirstore")
@@ -77,9 +78,23 @@ class DirectoryStore:
 
     # Blocking helpers, run in a worker thread.
 
-    @staticmethod
-    def _write_temp(path: Path, data: bytes) -> str:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def _make_dirs(self, directory: Path) -> None:
+        """Create `directory` and any missing parents, fsyncing each directory and the one
+        it sits in, so a power cut cannot drop the path to an acknowledged batch (a new
+        entry is durable only once its parent is fsynced). A directory counts as durable
+        only after this process fsynced it: one made by a concurrent writer, or before a
+        crash, may not be yet."""
+        if directory in self._durable_dirs:
+            return
+        if directory != self.root:
+            self._make_dirs(directory.parent)
+        directory.mkdir(exist_ok=True)
+        self._fsync_dir(directory)
+        self._fsync_dir(directory.parent)
+        self._durable_dirs.add(directory)
+
+    def _write_temp(self, path: Path, data: bytes) -> str:
+        self._make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -58,7 +59,10 @@ class ProcessSet:
             "--worker",
             str(worker),
         ]
-        process = subprocess.Popen(command, start_new_session=True)
+        parent = os.getpid()
+        process = subprocess.Popen(
+            command, start_new_session=True, preexec_fn=lambda: _die_with_parent(parent)
+        )
         label = f"{name}-{worker}" if name == "gateway" else name
         self._children.append(Child(label, process))
 
@@ -104,6 +108,20 @@ class ProcessSet:
             if not _wait(child, deadline):
                 _signal(child, signal.SIGKILL)
                 child.process.wait()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """Runs in the child before exec: the kernel sends it SIGKILL when `up` dies, however
+    it dies (SIGKILL included), so no service outlives its supervisor. The services hold
+    nothing that a crash could lose: what they acknowledged is already durable."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _signal(child: Child, sig: int) -> None:

@@ -116,3 +116,30 @@ def test_restart_opens_a_new_term_old_reads_are_too_old(tmp_path: Path, run_dir:
         assert fresh["status"] == "committed" and fresh["version"] > before["version"]
     finally:
         second.stop()
+
+
+def test_sigkill_of_up_alone_takes_every_service_with_it(tmp_path: Path, run_dir: Path) -> None:
+    """Only the supervisor is killed: the kernel's parent-death signal must end the four
+    services within 2 s, so a restart on the same ports finds them free."""
+    data = tmp_path / "data"
+    cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir).start()
+    services = cluster.pids()
+    assert len(services) == 4
+    assert cluster.process is not None
+    os.kill(cluster.process.pid, signal.SIGKILL)
+    cluster.process.wait(5)
+
+    def all_gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in services)
+
+    wait_for(all_gone, timeout=2, what="every service exiting after `up` was SIGKILLed")
+    restarted = ProcessSet(f"dir:{data}", cluster.port, run_dir).start()
+    assert restarted.stop() == 0
+
+
+def _alive(pid: int) -> bool:
+    """A zombie (dead, not yet reaped by init) no longer runs or holds ports."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

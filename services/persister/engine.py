@@ -3,8 +3,11 @@ fencing on 412, ordered release and drain (storage.md, "Writing batches").
 
 - A batch closes when it reaches `batch_size_threshold` bytes, or `batch_timeout_ms` after
   its first entry; with nothing in flight the first available work goes out at once.
-- At most `max_in_flight_requests` PUTs are in flight; a batch in retry backoff still
-  counts, so a failing store slows the pipeline down instead of queueing without bound.
+- The window rule (storage.md, "Recovery"): a new batch number is assigned only while it
+  stays fewer than `max_in_flight_requests` numbers past the oldest batch not yet durable.
+  A batch stuck in retries therefore holds back every newer one, not only the PUT count,
+  so at most that many batches are ever incomplete and one LIST of 1000 keys reaches the
+  durable region. It also bounds the PUTs in flight (each has its own number in the window).
 - A 412 on our number means someone else owns it: our own batch (a retried PUT that had
   landed) is success; a newer term means we are deposed; an older term cannot happen after
   the fence run and is treated as fatal rather than silently renumbered.
@@ -82,6 +85,15 @@ class Engine:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def window_used(self) -> int:
+        """Batch numbers assigned from the oldest batch not yet durable to the newest."""
+        oldest = self._release.oldest_pending_number()
+        return 0 if oldest is None else oldest - self._next_number
+
+    def _window_open(self) -> bool:
+        return self.window_used < self._config.max_in_flight_requests
+
     def submit(self, entries: list[RingEntry]) -> None:
         """Take one ring batch of resolved entries."""
         if self.failure is not None:
@@ -100,7 +112,7 @@ class Engine:
         self._maybe_flush()
 
     async def wait_for_capacity(self) -> None:
-        """Block the caller while the in-flight limit is reached and a full batch waits."""
+        """Block the caller while the window is full and a closed batch waits for a number."""
         await self._capacity.wait()
 
     async def drain(self) -> None:
@@ -121,7 +133,7 @@ class Engine:
             or self._due
             or self._pending_bytes >= self._config.batch_size_threshold
         ):
-            if self._in_flight < self._config.max_in_flight_requests:
+            if self._window_open():
                 self._flush()
             else:
                 self._due = True
@@ -207,7 +219,7 @@ class Engine:
         released = self._release.mark_durable(slot)
         if released:
             self._on_release(released)
-        if self._in_flight < self._config.max_in_flight_requests:
+        if self._window_open():
             self._capacity.set()
         if self._riders:
             self._maybe_flush()

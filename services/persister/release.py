@@ -39,6 +39,12 @@ class OrderedRelease:
             released.append(self._slots.popleft())
         return released
 
+    def oldest_pending_number(self) -> int | None:
+        """The number of the oldest batch not yet durable (None when every batch is).
+        Durable slots leave from the front and answer-only slots are durable at once, so
+        any slot left at the front is a batch still being written."""
+        return self._slots[0].number if self._slots else None
+
     def unreleased(self) -> list[Slot]:
         return list(self._slots)
 

@@ -17,7 +17,7 @@ from services.persister.leadership import (
 )
 from services.persister.release import Slot
 from tests.support.faults import FaultyStore, fail_times
-from weaseldb import batchfile, layout, recovery
+from weaseldb import batchfile, history, layout, recovery
 from weaseldb.batchfile import BatchKind
 from weaseldb.blobstore import BlobStore
 from weaseldb.blobstore.memory import MemoryStore
@@ -320,3 +320,43 @@ def test_newest_claim_names_its_pod() -> None:
         return before, await newest_claim_pod(store, FAST)
 
     assert run(scenario()) == (None, "db-0")
+
+
+def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_list() -> None:
+    """The window rule: batch N never lands; 1,200 newer batches try to open. At most
+    max_in_flight_requests - 1 numbers past N may be assigned, so after a crash one LIST of
+    1000 keys still reaches N's gap: the next leader opens there, and its own commits are
+    readable. (Assigning further would hide the gap beyond the LIST: the next leader would
+    open past it, and every reader would stop at the gap, before its acknowledged commits.)"""
+    config = PersisterConfig(
+        retry_base_delay_ms=1, batch_timeout_ms=1, batch_size_threshold=1
+    )  # max_in_flight_requests=50, every commit its own batch
+    inner = MemoryStore()
+
+    async def hold_forever(op: str, key: str) -> None:
+        if op == "put_if_absent" and key == layout.batch_key(TOP - 1000):
+            await asyncio.Event().wait()
+
+    async def old_leader() -> int:
+        term = await lead(inner, "old", config)
+        harness = Harness(FaultyStore(inner, hold_forever), term, config)
+        for v in range(1, 1202):
+            harness.engine.submit([accepted(v)])
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.2)  # let every batch that may open go out
+        assert harness.released == []  # nothing passes the stuck batch
+        return harness.engine.window_used  # the process then dies with N in flight
+
+    assert run(old_leader()) == config.max_in_flight_requests
+    assert layout.batch_key(TOP - 1000) not in inner.objects
+
+    counting = FaultyStore(inner)
+
+    async def new_leader() -> list[int]:
+        term = await lead(counting, "new", config)
+        assert term.opening_batch == TOP - 1000  # the gap, not past it
+        await write_versions(inner, term, [1, 2, 3])
+        return [t.version for t in await history.committed_transactions(inner)]
+
+    assert run(new_leader()) == [1, 2, 3]
+    assert counting.calls.count(("list", layout.BATCHES)) == 1

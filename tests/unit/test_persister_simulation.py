@@ -2,10 +2,12 @@
 
 Hypothesis drives a state machine: commits arrive, the store answers PUTs in any order with
 success, 5xx, 409 ConditionalRequestConflict, or a lost answer after the object landed, and
-the leader crashes with PUTs in flight (each in-flight PUT may or may not land). After every
-step: answers were released in version order with no gap, everything released is in the
-valid log, the in-flight limit holds, and a recovery from the store never goes below what
-was released.
+the leader crashes with PUTs in flight: each in-flight PUT lands before the next leader
+recovers, never lands, or lands late, after the next leader opened and fenced its term (a
+deposed leader's late write). After every step: each leader released its answers in
+version order with no gap, everything released is in the valid log, the window rule holds
+(no batch number more than max_in_flight_requests past the oldest one not yet durable), and
+recovery, on its fast path and its slow path alike, never goes below what was released.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class PersisterSimulation(RuleBasedStateMachine):
         self.store = ScriptedStore()
         self.next_version = 1
         self.released: list[int] = []  # versions answered committed, in answer order
+        self.released_this_term: list[int] = []
+        self.late_puts: list[PendingPut] = []  # a crashed leader's PUTs still on the wire
         self.failed: set[int] = set()
         self.engine: Engine | None = None
         self.term: OpenedTerm | None = None
@@ -108,6 +112,8 @@ class PersisterSimulation(RuleBasedStateMachine):
             return await open_term(self.store, claimed, CONFIG)
 
         self.term = self.loop.run_until_complete(become_leader())
+        self._land_late_puts()
+        self.released_this_term = []
         self.next_version = max(self.next_version, self.term.last_version + 1)
         self.engine = Engine(
             self.store, CONFIG, self.term, on_release=self._released, on_fail=self._failed
@@ -119,6 +125,7 @@ class PersisterSimulation(RuleBasedStateMachine):
             for entry in slot.riders:
                 if isinstance(entry, CommitEntry):
                     self.released.append(entry.version)
+                    self.released_this_term.append(entry.version)
 
     def _failed(self, entries: list[RingEntry], error: BaseException) -> None:
         self.failed.update(e.version for e in entries if isinstance(e, CommitEntry))
@@ -155,28 +162,51 @@ class PersisterSimulation(RuleBasedStateMachine):
         self.store.answer(index, outcome)
         self.run()
 
-    @rule(landing=st.lists(st.booleans(), max_size=8))
-    def crash_and_recover(self, landing: list[bool]) -> None:
-        """The process dies: in-flight PUTs land or not, then a new leader recovers."""
+    @rule(fates=st.lists(st.sampled_from(["lands", "lost", "late"]), max_size=8))
+    def crash_and_recover(self, fates: list[str]) -> None:
+        """The process dies: each in-flight PUT lands now, never, or late (after the next
+        leader has opened and fenced its term); then a new leader recovers."""
         for i, put in enumerate(list(self.store.pending)):
-            if (landing[i] if i < len(landing) else False) and put.key not in self.store.objects:
+            fate = fates[i] if i < len(fates) else "lost"
+            if fate == "lands" and put.key not in self.store.objects:
                 self.loop.run_until_complete(
                     MemoryStore.put_if_absent(self.store, put.key, put.data)
                 )
+            elif fate == "late":
+                self.late_puts.append(put)
+        self.store.pending.clear()
         self._stop_tasks()
         self.check_recovery()
         self.lead()
 
+    def _land_late_puts(self) -> None:
+        """A deposed leader's writes arriving after the new term is fenced: create-only, so
+        each lands only where nothing was written (it must then be void or harmless)."""
+        for put in self.late_puts:
+            if put.key not in self.store.objects:
+                self.loop.run_until_complete(
+                    MemoryStore.put_if_absent(self.store, put.key, put.data)
+                )
+        self.late_puts.clear()
+
     def check_recovery(self) -> None:
-        found = self.loop.run_until_complete(recovery.recover(self.store, prior_term=None))
+        """Both recovery paths: the fast one (the watermark's term is the claim before
+        ours: one read) and the slow one (read back and apply the validity rule)."""
+        claim = self.loop.run_until_complete(recovery.newest_claim(self.store))
+        fast = self.loop.run_until_complete(recovery.recover(self.store, prior_term=claim))
+        slow = self.loop.run_until_complete(recovery.recover(self.store, prior_term=None))
+        assert fast == slow
         if self.released:
-            assert found.last_version >= max(self.released)
+            assert fast.last_version >= max(self.released)
 
     @invariant()
     def released_in_order_without_gaps(self) -> None:
         assert self.released == sorted(self.released)
         assert len(set(self.released)) == len(self.released)
         assert not self.failed & set(self.released)
+        # Every commit here is accepted, so one leader releases a gapless run of versions.
+        mine = self.released_this_term
+        assert mine == list(range(mine[0], mine[0] + len(mine))) if mine else True
 
     @invariant()
     def released_is_durable_and_valid(self) -> None:
@@ -195,9 +225,10 @@ class PersisterSimulation(RuleBasedStateMachine):
         return self.decoded[number]
 
     @invariant()
-    def in_flight_limit_holds(self) -> None:
+    def window_rule_holds(self) -> None:
         if self.engine is not None:
-            assert self.engine.in_flight <= CONFIG.max_in_flight_requests
+            assert self.engine.window_used <= CONFIG.max_in_flight_requests
+            assert self.engine.in_flight <= self.engine.window_used
 
 
 PersisterSimulation.TestCase.settings = settings(

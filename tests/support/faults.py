@@ -36,6 +36,10 @@ class FaultyStore:
         await self._enter("get", key)
         return await self.inner.get(key)
 
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        await self._enter("get", key)
+        return await self.inner.get_range(key, start, length)
+
     async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
         await self._enter("list", prefix)
         return await self.inner.list(prefix, start_after, limit)

@@ -109,3 +109,15 @@ def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path)
     leaves: list[Path] = list(top_dir.iterdir())
     assert sorted(leaf.name for leaf in leaves) == ["549", "550", "551"]
     assert max(len(list(leaf.iterdir())) for leaf in leaves) <= 1000
+
+
+def test_get_range_reads_a_slice_and_stops_at_the_end(store: BlobStore) -> None:
+    async def scenario() -> None:
+        await store.put_if_absent("requestids/x", bytes(range(100)))
+        assert await store.get_range("requestids/x", 10, 5) == bytes(range(10, 15))
+        assert await store.get_range("requestids/x", 0, 1 << 20) == bytes(range(100))
+        assert await store.get_range("requestids/x", 95, 50) == bytes(range(95, 100))
+        with pytest.raises(NotFound):
+            await store.get_range("requestids/missing", 0, 10)
+
+    run(scenario())

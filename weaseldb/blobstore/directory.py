@@ -67,6 +67,9 @@ class DirectoryStore:
     async def get(self, key: str) -> bytes:
         return await self._run(self._read, self._path(key), key)
 
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        return await self._run(self._read_range, self._path(key), key, start, length)
+
     async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
         return await self._run(self._list, prefix, start_after, limit)
 
@@ -133,6 +136,15 @@ class DirectoryStore:
     def _read(path: Path, key: str) -> bytes:
         try:
             return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(key) from None
+
+    @staticmethod
+    def _read_range(path: Path, key: str, start: int, length: int) -> bytes:
+        try:
+            with path.open("rb") as f:
+                f.seek(start)
+                return f.read(length)
         except (FileNotFoundError, NotADirectoryError):
             raise NotFound(key) from None
 

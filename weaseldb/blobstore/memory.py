@@ -31,6 +31,9 @@ class MemoryStore:
         except KeyError:
             raise NotFound(key) from None
 
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        return (await self.get(key))[start : start + length]
+
     async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
         start = bisect.bisect_right(self._keys, max(start_after, prefix))
         found: list[str] = []

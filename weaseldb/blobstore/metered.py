@@ -32,6 +32,10 @@ class MeteredStore:
         self._record("get", _area(key))
         return await self.inner.get(key)
 
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._record("get", _area(key))
+        return await self.inner.get_range(key, start, length)
+
     async def list(
         self, prefix: str, start_after: str = "", limit: int = 1000
     ) -> builtins.list[str]:

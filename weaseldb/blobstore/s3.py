@@ -124,6 +124,18 @@ class S3Store:
         except Exception as e:
             raise _translate(e, key) from e
 
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        response = await self._call(
+            key, "get_object", Key=self.prefix + key, Range=f"bytes={start}-{start + length - 1}"
+        )
+        try:
+            async with response["Body"] as body:
+                return bytes(await body.read())
+        except Exception as e:
+            raise _translate(e, key) from e
+
     async def list(
         self, prefix: str, start_after: str = "", limit: int = 1000
     ) -> builtins.list[str]:

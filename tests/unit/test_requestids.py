@@ -1,0 +1,106 @@
+"""Request-id index segments and the window file (pure format plus reads from a store)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from weaseldb import layout, requestids
+from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.requestids import BANNED, SegmentSpan, id_hash, make_entries
+from weaseldb.types import CorruptObject
+
+TOP = 2**64 - 1
+
+
+def rows(n: int, *, start: int = 1) -> list[tuple[int, int, int]]:
+    return [(id_hash(f"request-{i:08d}"), i, 1_000 + i) for i in range(start, start + n)]
+
+
+def segment(n: int, *, newest: int = TOP - 10, oldest: int = TOP) -> bytes:
+    return requestids.encode_segment(
+        make_entries(rows(n)),
+        newest_batch=newest,
+        oldest_batch=oldest,
+        term=TOP,
+        first_version=1,
+        last_version=n,
+        created_at_ms=5,
+    )
+
+
+@pytest.mark.parametrize("count", [0, 1, 128, 129, 5_000])
+def test_a_segment_round_trips_and_every_id_is_found_in_its_bucket(count: int) -> None:
+    blob = segment(count)
+    header, entries = requestids.decode_segment(blob)
+    assert header.count == count == len(entries)
+    assert sorted(entries["version"].tolist()) == list(range(1, count + 1))
+
+    store = MemoryStore()
+    asyncio.run(store.put_if_absent(header.key, blob))
+
+    async def lookups() -> list[list[int]]:
+        found_header, body = await requestids.read_header(store, header.key)
+        probes = [f"request-{i:08d}" for i in (1, max(1, count // 2), count)]
+        probes.append("never-sent-id-00000")
+        return [
+            (await requestids.find(store, found_header, body, id_hash(p)))["version"].tolist()
+            for p in probes
+        ]
+
+    found = asyncio.run(lookups())
+    if count:
+        assert found[:3] == [[1], [max(1, count // 2)], [count]]
+    assert found[-1] == []
+
+
+def test_bans_are_entries_with_version_zero() -> None:
+    banned = make_entries([(id_hash("asked-about-00000000"), BANNED, 7)])
+    blob = requestids.encode_segment(
+        banned,
+        newest_batch=TOP,
+        oldest_batch=TOP,
+        term=TOP,
+        first_version=1,
+        last_version=0,
+        created_at_ms=0,
+    )
+    assert requestids.decode_segment(blob)[1]["version"].tolist() == [BANNED]
+
+
+def test_a_damaged_bucket_is_an_error_never_a_miss() -> None:
+    blob = bytearray(segment(1_000))
+    blob[-5] ^= 0xFF  # inside the last bucket's entries
+    with pytest.raises(CorruptObject, match="checksum"):
+        requestids.decode_segment(bytes(blob))
+    header, body = requestids.decode_segment(segment(1_000))[0], len(segment(1_000)) - 32_000
+    store = MemoryStore()
+    asyncio.run(store.put_if_absent(header.key, bytes(blob)))
+    last = requestids.hashes_of(np.sort(make_entries(rows(1_000)), order=["hi", "lo"])[-1:])[0]
+    with pytest.raises(CorruptObject, match="checksum"):
+        asyncio.run(requestids.find(store, header, body, last))
+
+
+def test_cover_skips_segments_inside_wider_ones() -> None:
+    def span(newest: int, oldest: int) -> SegmentSpan:
+        return SegmentSpan(newest, oldest, layout.request_index_key(newest, oldest))
+
+    merged, part_a, part_b, newer, late = (
+        span(80, 100),
+        span(80, 90),
+        span(91, 100),
+        span(70, 79),
+        span(75, 85),  # a late segment overlapping two others partly
+    )
+    chosen = requestids.cover([part_a, part_b, merged, newer, late])
+    assert chosen == [newer, late, merged]
+
+
+def test_window_file_round_trips_oldest_first() -> None:
+    entries = make_entries(list(reversed(rows(50))))
+    decoded = requestids.decode_window(requestids.encode_window(entries))
+    assert decoded["version"].tolist() == list(range(1, 51))
+    with pytest.raises(CorruptObject):
+        requestids.decode_window(b"nope")

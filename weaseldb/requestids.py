@@ -1,0 +1,318 @@
+"""Request ids across terms: their hash, the index segments in the store, and the window
+the persister hands the sequencer (storage.md, "Request-id index"; costs and decisions in
+docs/architecture.md, "Idempotency and the request-id index").
+
+- **Hash.** xxh3-128 of the id's UTF-8 bytes. Two ids of one database share a hash with
+  probability about n²/2^129 (n = ids ever indexed), so the index and the sequencer compare
+  hashes, never the ids themselves.
+- **Entries** are rows of a numpy structured array (`ENTRY`): the hash in two halves, the
+  version the id committed at, or `BANNED` (0: a status lookup banned it, so it can never
+  commit), and the time in ms.
+- **Segments** ``requestids/{newest:020d}-{oldest:020d}`` hold the entries of every valid
+  batch from `oldest` down to `newest` (numbers count down), sorted by hash and split into
+  buckets by the hash's top bits. The header (offsets and a checksum per bucket) sits at the
+  front, so a lookup reads the header (cacheable: segments never change) and one bucket with
+  a ranged GET. The header also records the segment's versions (to skip segments outside a
+  lookup's range) and the newest valid term up to `newest` (a validity seed: the batches
+  after a segment are read starting from it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from weaseldb import layout
+from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.types import CorruptObject
+
+ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
+Entries = npt.NDArray[np.void]
+BANNED = 0  # versions start at 1
+_LOW64 = (1 << 64) - 1
+
+_MAGIC = b"WRI1"
+_FORMAT = 1
+_PREFIX = struct.Struct("<4sBIQ")  # magic, format, header length, xxh64 of the header
+#: Most entries per bucket a segment aims for (a lookup reads one bucket: 4 KiB).
+_BUCKET_TARGET = 128
+_MAX_BUCKET_BITS = 16
+#: The first ranged read of a header; a bigger header costs a second read.
+_HEADER_READ = 64 * 1024
+
+
+def id_hash(request_id: str) -> int:
+    return xxhash.xxh3_128_intdigest(request_id.encode())
+
+
+def make_entries(rows: Sequence[tuple[int, int, int]]) -> Entries:
+    """Entries from (hash, version or BANNED, ts_ms) rows."""
+    array = np.zeros(len(rows), ENTRY)
+    if rows:
+        hashes, versions, stamps = zip(*rows, strict=True)
+        array["hi"] = [h >> 64 for h in hashes]
+        array["lo"] = [h & _LOW64 for h in hashes]
+        array["version"] = versions
+        array["ts_ms"] = stamps
+    return array
+
+
+def hashes_of(entries: Entries) -> list[int]:
+    highs: list[int] = entries["hi"].tolist()
+    lows: list[int] = entries["lo"].tolist()
+    return [(hi << 64) | lo for hi, lo in zip(highs, lows, strict=True)]
+
+
+def oldest_first(entries: Entries) -> Entries:
+    """Entries in the order they happened (time, then version)."""
+    return entries[np.lexsort((entries["version"], entries["ts_ms"]))]
+
+
+def _by_hash(entries: Entries) -> Entries:
+    return entries[np.lexsort((entries["lo"], entries["hi"]))]
+
+
+# Segments
+
+
+class SegmentHeader(msgspec.Struct, frozen=True):
+    newest_batch: int
+    oldest_batch: int
+    term: int  # the newest valid term up to and including `newest_batch`
+    first_version: int  # versions of the covered batches: first_version..last_version
+    last_version: int
+    count: int
+    created_at_ms: int
+    bucket_bits: int
+    offsets: bytes  # uint32 entry index where each bucket starts, plus the end
+    checksums: bytes  # uint64 xxh64 of each bucket's bytes
+
+    @property
+    def key(self) -> str:
+        return layout.request_index_key(self.newest_batch, self.oldest_batch)
+
+    def bucket_of(self, hash_: int) -> int:
+        return (hash_ >> (128 - self.bucket_bits)) if self.bucket_bits else 0
+
+    def bucket_span(self, bucket: int) -> tuple[int, int]:
+        start, end = struct.unpack_from("<II", self.offsets, bucket * 4)
+        return start, end
+
+    def bucket_checksum(self, bucket: int) -> int:
+        value: int = struct.unpack_from("<Q", self.checksums, bucket * 8)[0]
+        return value
+
+
+@dataclass(frozen=True)
+class SegmentSpan:
+    """What a segment covers, known from its key alone."""
+
+    newest_batch: int
+    oldest_batch: int
+    key: str
+
+
+_header_encoder = msgspec.msgpack.Encoder()
+_header_decoder = msgspec.msgpack.Decoder(SegmentHeader)
+
+
+def _bucket_bits(count: int) -> int:
+    if count <= _BUCKET_TARGET:
+        return 0
+    return min(_MAX_BUCKET_BITS, math.ceil(math.log2(count / _BUCKET_TARGET)))
+
+
+def encode_segment(
+    entries: Entries,
+    *,
+    newest_batch: int,
+    oldest_batch: int,
+    term: int,
+    first_version: int,
+    last_version: int,
+    created_at_ms: int,
+) -> bytes:
+    rows = _by_hash(entries)
+    bits = _bucket_bits(len(rows))
+    buckets = (rows["hi"] >> np.uint64(64 - bits)) if bits else np.zeros(len(rows), np.uint64)
+    offsets = np.searchsorted(buckets, np.arange(2**bits + 1, dtype=np.uint64)).astype("<u4")
+    body = rows.tobytes()
+    size = ENTRY.itemsize
+    checksums = np.array(
+        [
+            xxhash.xxh64_intdigest(body[int(a) * size : int(b) * size])
+            for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+        ],
+        dtype="<u8",
+    )
+    header = _header_encoder.encode(
+        SegmentHeader(
+            newest_batch=newest_batch,
+            oldest_batch=oldest_batch,
+            term=term,
+            first_version=first_version,
+            last_version=last_version,
+            count=len(rows),
+            created_at_ms=created_at_ms,
+            bucket_bits=bits,
+            offsets=offsets.tobytes(),
+            checksums=checksums.tobytes(),
+        )
+    )
+    prefix = _PREFIX.pack(_MAGIC, _FORMAT, len(header), xxhash.xxh64_intdigest(header))
+    return prefix + header + body
+
+
+def _parse_header(data: bytes, key: str) -> tuple[SegmentHeader, int] | int:
+    """The header and where the body starts; or, when `data` is too short, the number of
+    bytes needed."""
+    if len(data) < _PREFIX.size:
+        raise CorruptObject(f"{key}: too short for a request-id segment")
+    magic, fmt, length, checksum = _PREFIX.unpack_from(data)
+    if magic != _MAGIC or fmt != _FORMAT:
+        raise CorruptObject(f"{key}: unknown request-id segment format {magic!r}/{fmt}")
+    end: int = _PREFIX.size + length
+    if len(data) < end:
+        return end
+    raw = data[_PREFIX.size : end]
+    if xxhash.xxh64_intdigest(raw) != checksum:
+        raise CorruptObject(f"{key}: segment header checksum mismatch")
+    try:
+        header: SegmentHeader = _header_decoder.decode(raw)
+    except msgspec.DecodeError as e:
+        raise CorruptObject(f"{key}: undecodable segment header: {e}") from e
+    return header, end
+
+
+def _checked_bucket(header: SegmentHeader, bucket: int, data: bytes, key: str) -> Entries:
+    if xxhash.xxh64_intdigest(data) != header.bucket_checksum(bucket):
+        raise CorruptObject(f"{key}: checksum mismatch in bucket {bucket}")
+    return np.frombuffer(data, ENTRY)
+
+
+def decode_segment(data: bytes, *, key: str = "?") -> tuple[SegmentHeader, Entries]:
+    """A whole segment, every bucket's checksum verified."""
+    parsed = _parse_header(data, key)
+    if isinstance(parsed, int):
+        raise CorruptObject(f"{key}: truncated segment header")
+    header, body = parsed
+    size = ENTRY.itemsize
+    if len(data) != body + header.count * size:
+        raise CorruptObject(f"{key}: segment body is {len(data) - body} bytes, not {header.count}")
+    parts = []
+    for bucket in range(2**header.bucket_bits):
+        start, end = header.bucket_span(bucket)
+        part = data[body + start * size : body + end * size]
+        parts.append(_checked_bucket(header, bucket, part, key))
+    return header, np.concatenate(parts) if parts else np.zeros(0, ENTRY)
+
+
+async def read_header(store: BlobStore, key: str) -> tuple[SegmentHeader, int]:
+    """A segment's header and body offset: one ranged read (two for a very big segment)."""
+    data = await store.get_range(key, 0, _HEADER_READ)
+    parsed = _parse_header(data, key)
+    if isinstance(parsed, int):
+        parsed = _parse_header(await store.get_range(key, 0, parsed), key)
+        if isinstance(parsed, int):
+            raise CorruptObject(f"{key}: truncated segment header")
+    return parsed
+
+
+async def find(store: BlobStore, header: SegmentHeader, body_offset: int, hash_: int) -> Entries:
+    """The entries of `hash_` in one segment: one ranged read of its bucket (none when the
+    bucket is empty)."""
+    bucket = header.bucket_of(hash_)
+    start, end = header.bucket_span(bucket)
+    if start == end:
+        return np.zeros(0, ENTRY)
+    size = ENTRY.itemsize
+    data = await store.get_range(header.key, body_offset + start * size, (end - start) * size)
+    rows = _checked_bucket(header, bucket, data, header.key)
+    same = (rows["hi"] == np.uint64(hash_ >> 64)) & (rows["lo"] == np.uint64(hash_ & _LOW64))
+    found: Entries = rows[same]
+    return found
+
+
+# Listing and choosing segments
+
+
+async def list_spans(store: BlobStore) -> list[SegmentSpan]:
+    """Every segment in the store, newest first (pages through LIST)."""
+    spans: list[SegmentSpan] = []
+    after = ""
+    while True:
+        keys = await store.list(layout.REQUEST_IDS, start_after=after, limit=1000)
+        for key in keys:
+            try:
+                newest, oldest = layout.request_index_span(key)
+            except ValueError:
+                continue  # not a segment (nothing else is written here)
+            spans.append(SegmentSpan(newest, oldest, key))
+        if len(keys) < 1000:
+            return spans
+        after = keys[-1]
+
+
+def cover(spans: Sequence[SegmentSpan]) -> list[SegmentSpan]:
+    """The segments worth reading, newest first: skip any whose batches another one already
+    covers (a merged segment and its inputs both present, or a late duplicate). Segments
+    only ever hold facts about valid batches, so partial overlaps are harmless."""
+    chosen: list[SegmentSpan] = []
+    reach = -1  # oldest batch number covered so far (numbers count down)
+    for span in sorted(spans, key=lambda s: (s.newest_batch, -s.oldest_batch)):
+        if span.oldest_batch > reach:
+            chosen.append(span)
+            reach = span.oldest_batch
+    return chosen
+
+
+async def read_segments(
+    store: BlobStore,
+    spans: Sequence[SegmentSpan],
+    enough: Callable[[Entries], bool],
+    *,
+    parallel: int = 4,
+) -> Entries:
+    """Read whole segments newest first, `parallel` at a time, until `enough` of the entries
+    read so far (oldest first) says so."""
+    loaded: list[Entries] = []
+    for start in range(0, len(spans), parallel):
+        group = spans[start : start + parallel]
+        blobs = await asyncio.gather(*(_get_or_none(store, s.key) for s in group))
+        for span, blob in zip(group, blobs, strict=True):
+            if blob is not None:  # garbage-collected meanwhile: older than anything needed
+                loaded.append(decode_segment(blob, key=span.key)[1])
+        combined = oldest_first(np.concatenate(loaded)) if loaded else np.zeros(0, ENTRY)
+        if enough(combined):
+            return combined
+    return oldest_first(np.concatenate(loaded)) if loaded else np.zeros(0, ENTRY)
+
+
+async def _get_or_none(store: BlobStore, key: str) -> bytes | None:
+    try:
+        return await store.get(key)
+    except NotFound:
+        return None
+
+
+# The window file: persister -> sequencer, through the shared run directory
+
+_WINDOW_MAGIC = b"WRW1"
+
+
+def encode_window(entries: Entries) -> bytes:
+    return _WINDOW_MAGIC + oldest_first(entries).tobytes()
+
+
+def decode_window(data: bytes) -> Entries:
+    if not data.startswith(_WINDOW_MAGIC) or (len(data) - 4) % ENTRY.itemsize:
+        raise CorruptObject("not a request-id window file")
+    return np.frombuffer(data[4:], ENTRY)

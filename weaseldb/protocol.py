@@ -53,7 +53,17 @@ class CommitState(enum.IntEnum):
     DUPLICATE = 3  # request id already sequenced this term: answer with the original outcome
     ACCEPTED = 4  # resolver: every precondition holds
     REJECTED = 5  # resolver: `conflicts` says which preconditions failed
-    NOT_LEADER = 6  # arrived before a term started or after it ended: outcome is "not leader"
+    NOT_LEADER = 6  # arrived before a term started or after it ended: nothing was applied
+    UNKNOWN = 7  # request id seen before, its outcome forgotten: may have been applied
+
+
+class ReplyStatus(enum.StrEnum):
+    """How the pipeline answers a commit (the gateway maps the last two to 503s)."""
+
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
+    COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
 
 
 class CommitEntry(msgspec.Struct, tag="c", array_like=True):
@@ -67,6 +77,7 @@ class CommitEntry(msgspec.Struct, tag="c", array_like=True):
     version: int = 0
     timestamp_ms: int = 0  # set with the version
     conflicts: list[tuple[int, str]] = []  # (precondition index, ConflictReason)
+    term: int = 0  # the term the sequencer gave it a version in; other terms drop it
 
 
 class StatusEntry(msgspec.Struct, tag="s", array_like=True):
@@ -77,28 +88,44 @@ class StatusEntry(msgspec.Struct, tag="s", array_like=True):
     ticket: int
     request_id: str
     upper_bound: int = 0
+    term: int = 0  # the term whose sequencer banned the id; other terms cannot vouch for it
 
 
 class TermStart(msgspec.Struct, tag="t", array_like=True):
-    """Sent by the persister once it leads a term; travels the whole ring so every stage
-    learns the leader and where versions start before any commit flows."""
+    """Sent by the persister to every gateway worker once it leads a term; each worker
+    forwards its copy (setting `origin`), so it travels the whole ring ahead of that
+    worker's next commit and every stage learns the leader and where versions start. A
+    stage acts on the first copy of a term and passes the others on: the persister uses
+    each returning copy to tell its worker that the ring is closed (`TermJoined`)."""
 
     term: int
     leader_id: str
     first_version: int  # the first version this term assigns
     committed_version: int  # last durable version when the term opened
+    window_file: str = ""  # request ids the sequencer must remember (file in the run dir)
+    origin: int = -1  # the gateway worker that forwarded this copy
+
+
+class Hello(msgspec.Struct, tag="h", array_like=True):
+    """A stage process has started (or restarted) and holds no term. It travels downstream
+    to the persister; a sequencer or resolver arriving after the term closed the ring
+    means the ring lost state, so the persister opens a new term. A gateway worker only
+    needs the current term announced to it again."""
+
+    stage: str
+    worker: int = 0
 
 
 class Shutdown(msgspec.Struct, tag="q", array_like=True):
     """Drain and stop: each stage forwards it after everything before it."""
 
 
-RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown
+RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown | Hello
 
 
 class CommitReply(msgspec.Struct, tag="C", array_like=True):
     ticket: int
-    status: str  # Outcome, or "not_leader" when the outcome is unknown
+    status: str  # ReplyStatus
     version: int
     request_id: str
     conflicts: list[tuple[int, str]] = []
@@ -117,6 +144,7 @@ class StatusReply(msgspec.Struct, tag="S", array_like=True):
     outcome: str = ""
     version: int = 0
     memory_floor: int = 0
+    stale: bool = False  # banned by an earlier term's sequencer: ask again
 
 
 class EventTransaction(msgspec.Struct, array_like=True, frozen=True):
@@ -156,6 +184,14 @@ class Progress(msgspec.Struct, tag="P", array_like=True):
     term: int
 
 
+class TermJoined(msgspec.Struct, tag="J", array_like=True):
+    """Persister -> one gateway worker: its copy of TermStart(term) came back around the
+    ring, so every entry the worker sent before forwarding it has been answered or is
+    lost; the worker answers the ones still waiting as commit_unknown."""
+
+    term: int
+
+
 class LeaderLost(msgspec.Struct, tag="L", array_like=True):
     """Persister -> gateway: this set no longer leads (deposed, or the store failed);
     every waiting commit's outcome is unknown and the set is about to exit."""
@@ -168,6 +204,7 @@ GatewayMessage = (
     | StatusReply
     | Progress
     | TermStart
+    | TermJoined
     | LeaderLost
     | Shutdown
     | DurableEvents

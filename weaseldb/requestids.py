@@ -24,6 +24,7 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import msgspec
 import numpy as np
@@ -147,10 +148,7 @@ def encode_segment(
     body = rows.tobytes()
     size = ENTRY.itemsize
     checksums = np.array(
-        [
-            xxhash.xxh64_intdigest(body[int(a) * size : int(b) * size])
-            for a, b in zip(offsets[:-1], offsets[1:], strict=True)
-        ],
+        [xxhash.xxh64_intdigest(body[a * size : b * size]) for a, b in pairwise(offsets.tolist())],
         dtype="<u8",
     )
     header = _header_encoder.encode(

@@ -46,6 +46,9 @@ class Batch(msgspec.Struct, frozen=True):
     created_at_ms: int
     kind: str = BatchKind.DATA
     transactions: list[Transaction] = []
+    # Request ids a status lookup banned while this batch was open: they can never commit,
+    # also after a restart (the request-id index carries them to the next term).
+    banned: list[str] = []
 
     @property
     def is_empty(self) -> bool:

@@ -39,8 +39,13 @@ class PersisterConfig(_Section):
     """Retries of a failed PUT before the leader gives up and exits (0 disables retries)."""
     retry_base_delay_ms: float = Field(100.0, gt=0)
     """First retry delay; each further retry doubles it."""
-    request_id_memory: int = Field(1_000_000, ge=1)
-    """Outcomes of this many recent commits are kept to answer retried request ids."""
+    index_segment_batches: int = Field(1000, ge=1)
+    """A request-id index segment is written after this many batches..."""
+    index_segment_ids: int = Field(100_000, ge=1)
+    """...or this many request ids..."""
+    index_segment_interval_s: float = Field(60.0, gt=0)
+    """...or this long, whichever comes first (docs/architecture.md, "Idempotency"). After a
+    crash a new leader reads the batches written since the last segment."""
     term_watch_interval_s: float = Field(2.0, gt=0)
     """While leading, look for a newer term claim this often (one LIST of one key), so an
     idle deposed leader stops promptly instead of at its next batch."""
@@ -58,10 +63,16 @@ class ResolverConfig(_Section):
     """...and at least this many versions, whichever keeps more."""
 
 
-class SequencerConfig(_Section):
+class IdempotencyConfig(_Section):
     request_id_memory: int = Field(1_000_000, ge=1)
-    """Request ids sequenced this term that are remembered, so a retried commit is answered
-    with its original outcome instead of being applied twice."""
+    """A retried commit gets its original outcome for at least the last this many request
+    ids (committed or banned by a status lookup), across restarts and leader changes..."""
+    request_id_window_s: float = Field(600.0, ge=0)
+    """...and at least those of this many seconds, whichever keeps more..."""
+    request_id_max: int = Field(5_000_000, ge=1)
+    """...but never more than this many (a memory bound). An id past the window is still
+    recognised, approximately, for about `request_id_memory` more ids in the same process
+    and answered ``commit_unknown`` rather than applied twice."""
 
 
 class GatewayConfig(_Section):
@@ -74,7 +85,10 @@ class GatewayConfig(_Section):
     max_items: int = Field(10_000, ge=1)
     """Most operations plus preconditions in one commit."""
     commit_timeout_s: float = Field(30.0, gt=0)
-    """A commit not answered by the pipeline in this time gets 503 not_leader (outcome unknown)."""
+    """A commit not answered by the pipeline in this time gets 503 commit_unknown."""
+    max_waiting_requests: int = Field(10_000, ge=1)
+    """Commits and status lookups one gateway worker lets wait for the pipeline; more are
+    refused at once with 503 not_leader (reason ``overloaded``: nothing was applied)."""
     workers: int = Field(1, ge=1, le=64)
     """Gateway worker processes sharing the client port."""
     subscriber_buffer_bytes: int = Field(10 * MiB, ge=1024)
@@ -117,7 +131,7 @@ class Config(_Section):
     """How long a stopping service waits for in-flight work to drain."""
     persister: PersisterConfig = PersisterConfig()
     resolver: ResolverConfig = ResolverConfig()
-    sequencer: SequencerConfig = SequencerConfig()
+    idempotency: IdempotencyConfig = IdempotencyConfig()
     gateway: GatewayConfig = GatewayConfig()
 
 

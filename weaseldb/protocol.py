@@ -9,6 +9,7 @@ one ring message always carries a list of entries (`encode_batch` / `decode_batc
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import msgspec
 
@@ -216,7 +217,7 @@ _ring_decoder = msgspec.msgpack.Decoder(list[RingEntry])
 _reply_decoder = msgspec.msgpack.Decoder(list[GatewayMessage])
 
 
-def encode_batch(entries: list[RingEntry] | list[GatewayMessage]) -> bytes:
+def encode_batch(entries: Sequence[RingEntry] | Sequence[GatewayMessage]) -> bytes:
     return _ring_encoder.encode(entries)
 
 

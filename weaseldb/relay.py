@@ -15,7 +15,7 @@ from collections.abc import Callable
 from prometheus_client import Counter, Histogram
 
 from weaseldb import tracing
-from weaseldb.protocol import RingEntry, Shutdown, decode_batch, encode_batch
+from weaseldb.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
 from weaseldb.ring import Inbox, Outbox
 from weaseldb.service import Health, HttpServer
 
@@ -69,6 +69,9 @@ class RelayStage:
 
     async def _loop(self) -> int:
         stage = self.name
+        # Downstream to the persister: a stage that (re)started holds no term, so if the
+        # ring already carried one, the persister must open a new term (Hello).
+        await self._outbox.send(encode_batch([Hello(stage)]))
         while True:
             entries = [e for frame in await self._inbox.receive() for e in decode_batch(frame)]
             started_ns = time.time_ns()

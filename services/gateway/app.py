@@ -26,7 +26,7 @@ from services.gateway.requests import CommitRequest, Limits, parse_commit
 from weaseldb import tracing
 from weaseldb.blobstore import open_store
 from weaseldb.config import Config
-from weaseldb.protocol import CommitEntry, CommitReply
+from weaseldb.protocol import CommitEntry, CommitReply, ReplyStatus
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, HttpServer, add_operations_routes
 from weaseldb.types import Outcome
@@ -48,10 +48,17 @@ def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
-def _unknown_outcome(request_id: str, why: str) -> errors.NotLeader:
-    return errors.NotLeader(
-        f"commit outcome unknown: {why}; ask GET /v1/status?request_id={request_id}",
+def _unknown_outcome(request_id: str, why: str) -> errors.CommitUnknown:
+    return errors.CommitUnknown(
+        f"the commit may or may not have been applied ({why}); retry with the same "
+        f"request_id or ask GET /v1/status?request_id={request_id}",
         request_id=request_id,
+    )
+
+
+def _not_applied(request_id: str, why: str, **extra: str) -> errors.NotLeader:
+    return errors.NotLeader(
+        f"nothing was applied ({why}); safe to send again", request_id=request_id, **extra
     )
 
 
@@ -70,6 +77,7 @@ class GatewayStage:
             ring.inbox(endpoints.gateway(worker)),
             VersionCell(Path(config.run_dir) / "committed.version"),
             timeout_s=config.gateway.commit_timeout_s,
+            max_waiting=config.gateway.max_waiting_requests,
         )
         self.store = open_store(config.store, pool_size=config.gateway.store_pool_size)
         self.api = ClientApi(config, self.client, self.store)
@@ -100,17 +108,18 @@ class GatewayStage:
         self.health.set(lead.leading, lead.reason)
         self.health.details.update(leader_id=lead.leader_id, term=lead.term)
 
-    def require_leader(self) -> None:
+    def require_leader(self, request_id: str | None = None) -> None:
         if not self.client.leadership.leading:
             raise errors.NotLeader(
                 f"this node is not taking commits: {self.client.leadership.reason}",
                 leader_id=self.client.leadership.leader_id or None,
+                **({"request_id": request_id} if request_id else {}),
             )
 
     async def commit(self, body: bytes, traceparent: str) -> bytes:
         """One commit: validated body in, JSON answer out; errors raise (errors.render)."""
         valid = parse_commit(body, self.limits)
-        self.require_leader()
+        self.require_leader(valid.request_id)
         lead = self.client.leadership
         if valid.leader_id is not None and valid.leader_id != lead.leader_id:
             raise errors.LeaderChanged(
@@ -143,14 +152,19 @@ class GatewayStage:
         try:
             reply = await self.client.submit(entry, ticket)
         except PipelineUnavailable as e:
+            if not e.unknown:
+                extra = {"reason": "overloaded"} if e.overloaded else {}
+                raise _not_applied(entry.request_id, str(e), **extra) from e
             raise _unknown_outcome(entry.request_id, str(e)) from e
         if not isinstance(reply, CommitReply):
             raise RuntimeError(f"ticket {ticket} answered with {type(reply).__name__}")
         return reply
 
     def _commit_answer(self, reply: CommitReply) -> bytes:
-        if reply.status == "not_leader":
-            raise _unknown_outcome(reply.request_id, "leadership was lost while it was in flight")
+        if reply.status == ReplyStatus.NOT_LEADER:
+            raise _not_applied(reply.request_id, reply.reason or "this set stopped leading")
+        if reply.status == ReplyStatus.COMMIT_UNKNOWN:
+            raise _unknown_outcome(reply.request_id, reply.reason or "leadership was lost")
         body: dict[str, Any] = {
             "status": reply.status,
             "version": reply.version,
@@ -232,7 +246,11 @@ def _document_commit(app: FastAPI) -> None:
             "400": {"description": "bad_request or limit_exceeded"},
             "409": {"description": "leader_changed (body has leader_id and version)"},
             "413": {"description": "too_large"},
-            "503": {"description": "not_leader: standby, recovering, fenced, or outcome unknown"},
+            "503": {
+                "description": "not_leader: nothing was applied (standby, recovering, "
+                "overloaded); commit_unknown: it may have been applied (retry with the same "
+                "request_id or ask /v1/status)"
+            },
         },
     }
     framework_openapi = app.openapi

@@ -22,6 +22,7 @@ from services.gateway import errors, retention, sse
 from services.gateway import status as status_logic
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.requests import BadRequest
+from services.gateway.status_lookup import IndexSearch
 from services.gateway.subscriptions import CLOSED_SLOW, Hub, Subscriber
 from weaseldb import history, layout
 from weaseldb.blobstore import BlobStore, NotFound
@@ -68,6 +69,7 @@ class ClientApi:
         self.store = store
         self.hub = Hub(config.gateway.subscriber_buffer_bytes)
         self._retention_lock = asyncio.Lock()
+        self._index = IndexSearch(store)
         client.observer = self.observe
 
     # Ring input
@@ -106,28 +108,19 @@ class ClientApi:
             raise errors.NotLeader(f"status unknown: {e}", request_id=request_id) from e
         if not isinstance(reply, StatusReply):
             raise RuntimeError(f"ticket {ticket} answered with {type(reply).__name__}")
+        if reply.stale:
+            raise errors.NotLeader(
+                "the lookup crossed a change of term; ask again", request_id=request_id
+            )
         decision = status_logic.decide(reply, min_version)
         if isinstance(decision, status_logic.ReadStore):
-            decision = await self._search_store(request_id, decision)
+            decision = await self._index.search(request_id, decision.low, decision.high)
         STATUS.labels(decision.status.value, decision.source).inc()
         body: dict[str, Any] = {"request_id": request_id, "status": decision.status.value}
         if decision.status == Outcome.COMMITTED:
             body["version"] = decision.version
         body["leader_id"] = client.leadership.leader_id
         return body
-
-    async def _search_store(
-        self, request_id: str, span: status_logic.ReadStore
-    ) -> status_logic.Answer:
-        oldest = await history.retained_start(self.store)
-        found: list[status_logic.StoredTx] = []
-        async for _, _, tx in history.log_after(self.store, max(span.low, 1) - 1):
-            if tx.version > span.high:
-                break
-            if tx.request_id == request_id:
-                found.append(status_logic.StoredTx(tx.version, tx.request_id))
-                break
-        return status_logic.search(request_id, span.low, span.high, oldest, found)
 
     # GET /v1/subscribe (raw ASGI: the response streams for as long as the client stays)
 

@@ -37,7 +37,17 @@ class LeaderChanged(ApiError):
 
 
 class NotLeader(ApiError):
+    """Nothing was applied: safe to send again, anywhere."""
+
     status, code = 503, "not_leader"
+    headers = {"Retry-After": "1"}
+
+
+class CommitUnknown(ApiError):
+    """The commit may or may not have been applied: retry with the same request_id, or
+    ask GET /v1/status."""
+
+    status, code = 503, "commit_unknown"
     headers = {"Retry-After": "1"}
 
 

@@ -1,5 +1,13 @@
 """The gateway worker's side of the ring: hands entries to the sequencer in batches and
-matches the persister's answers to waiting requests by ticket."""
+matches the persister's answers to waiting requests by ticket.
+
+What a request that gets no answer means:
+- refused before it entered the ring (not leading, too many waiting): nothing was applied;
+- entered, then the leader was lost, the answer timed out, or a new term closed the ring
+  without answering it (`TermJoined`): it may or may not have been applied.
+`PipelineUnavailable.unknown` tells the two apart, so the client hears `not_leader` or
+`commit_unknown`.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +19,13 @@ from dataclasses import dataclass
 
 from weaseldb.protocol import (
     CommitReply,
+    Hello,
     LeaderLost,
     Progress,
     RingEntry,
     Shutdown,
     StatusReply,
+    TermJoined,
     TermStart,
     decode_replies,
     encode_batch,
@@ -29,7 +39,13 @@ Reply = CommitReply | StatusReply
 
 
 class PipelineUnavailable(Exception):
-    """The set does not lead (yet, or any more): the entry was not or may not be processed."""
+    """The set does not lead (yet, or any more), or is overloaded. `unknown`: the entry had
+    entered the ring, so it may have been applied; otherwise it certainly was not."""
+
+    def __init__(self, reason: str, *, unknown: bool, overloaded: bool = False) -> None:
+        super().__init__(reason)
+        self.unknown = unknown
+        self.overloaded = overloaded
 
 
 @dataclass
@@ -42,10 +58,18 @@ class Leadership:
 
 class PipelineClient:
     def __init__(
-        self, worker: int, outbox: Outbox, inbox: Inbox, cell: VersionCell, *, timeout_s: float
+        self,
+        worker: int,
+        outbox: Outbox,
+        inbox: Inbox,
+        cell: VersionCell,
+        *,
+        timeout_s: float,
+        max_waiting: int = 10_000,
     ) -> None:
         self.worker = worker
         self._timeout_s = timeout_s
+        self._max_waiting = max_waiting
         # (deadline, ticket) in submission order; one sweeper expires them, which is cheaper
         # than a timer per request.
         self._deadlines: deque[tuple[float, int]] = deque()
@@ -54,8 +78,11 @@ class PipelineClient:
         self._outbox, self._inbox, self._cell = outbox, inbox, cell
         self._next_ticket = 0
         self._waiting: dict[int, asyncio.Future[Reply]] = {}
-        self._queue: list[RingEntry] = []
+        self._queue: list[RingEntry] = [Hello("gateway", worker)]  # sent first, at start
         self._queued = asyncio.Event()
+        self._queued.set()
+        # term -> the last ticket submitted before this worker forwarded that TermStart
+        self._forwarded: dict[int, int] = {}
         # Sees every message that is not an answer (events, progress, term changes).
         self.observer: Callable[[object], None] | None = None
 
@@ -67,9 +94,20 @@ class PipelineClient:
         self._next_ticket += 1
         return self._next_ticket
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
     def submit(self, entry: RingEntry, ticket: int) -> asyncio.Future[Reply]:
         if not self.leadership.leading:
-            raise PipelineUnavailable(self.leadership.reason)
+            raise PipelineUnavailable(self.leadership.reason, unknown=False)
+        if len(self._waiting) >= self._max_waiting:
+            # Shed instead of queueing without bound: nothing entered the ring.
+            raise PipelineUnavailable(
+                f"overloaded: {len(self._waiting)} requests already wait for the pipeline",
+                unknown=False,
+                overloaded=True,
+            )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()
         self._waiting[ticket] = future
@@ -87,7 +125,9 @@ class PipelineClient:
                 _, ticket = self._deadlines.popleft()
                 future = self._waiting.pop(ticket, None)
                 if future is not None and not future.done():
-                    future.set_exception(PipelineUnavailable("the pipeline did not answer in time"))
+                    future.set_exception(
+                        PipelineUnavailable("the pipeline did not answer in time", unknown=True)
+                    )
 
     def _enqueue(self, entry: RingEntry) -> None:
         self._queue.append(entry)
@@ -119,6 +159,8 @@ class PipelineClient:
             self.leadership.leader_id, self.leadership.term = message.leader_id, message.term
         elif isinstance(message, TermStart):
             self._start_term(message)
+        elif isinstance(message, TermJoined):
+            self._abandon_before(message.term)
         elif isinstance(message, LeaderLost):
             self._lose(message.reason)
         elif isinstance(message, Shutdown):
@@ -127,8 +169,24 @@ class PipelineClient:
 
     def _start_term(self, term: TermStart) -> None:
         self.leadership = Leadership(term.leader_id, term.term, True, "leading")
-        # Passing the announcement on keeps the ring order: our commits follow it.
+        # Passing our own copy on keeps the ring order: our next commits follow it, and its
+        # return (TermJoined) tells us what was sent before it is answered or lost.
+        self._forwarded[term.term] = self._next_ticket
+        term.origin = self.worker
         self._enqueue(term)
+
+    def _abandon_before(self, term: int) -> None:
+        """Everything sent before this worker forwarded `term` has been answered or was lost
+        with a stage that restarted: what still waits will never be answered."""
+        last = self._forwarded.pop(term, None)
+        if last is None:
+            return
+        for ticket in [t for t in self._waiting if t <= last]:
+            future = self._waiting.pop(ticket)
+            if not future.done():
+                future.set_exception(
+                    PipelineUnavailable("lost in a stage that restarted", unknown=True)
+                )
 
     def _lose(self, reason: str) -> None:
         self.leadership.leading = False
@@ -136,7 +194,7 @@ class PipelineClient:
         waiting, self._waiting = self._waiting, {}
         for future in waiting.values():
             if not future.done():
-                future.set_exception(PipelineUnavailable(reason))
+                future.set_exception(PipelineUnavailable(reason, unknown=True))
 
     async def shutdown(self, drain_timeout_s: float) -> bool:
         """Send Shutdown down the ring and wait for it to come back drained."""

@@ -2,7 +2,7 @@
 
 The persister answers a `StatusEntry` only after every commit up to the upper bound U is
 released, with what its memory knows. `decide` turns that into an answer, or says which
-versions must be read from the store; `search` looks through batches read from there.
+versions must be looked up in the request-id index; `judge` decides from what it holds.
 
 Default `min_version` is 0, i.e. the whole log: the answer is then never a wrong
 `not_committed` for an id whose batch was garbage collected; it is `log_truncated` instead.
@@ -11,7 +11,6 @@ A client that knows when it first sent the commit passes that version to bound t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weaseldb.protocol import StatusReply
@@ -22,7 +21,7 @@ from weaseldb.types import Outcome
 class Answer:
     status: Outcome
     version: int | None = None
-    source: str = "memory"  # memory | store (for metrics)
+    source: str = "memory"  # memory | index (for metrics)
 
 
 @dataclass(frozen=True)
@@ -44,23 +43,13 @@ def decide(reply: StatusReply, min_version: int) -> Answer | ReadStore:
     return ReadStore(min_version, high)
 
 
-@dataclass(frozen=True)
-class StoredTx:
-    version: int
-    request_id: str
-
-
-def search(
-    request_id: str, low: int, high: int, oldest_retained: int, transactions: Iterable[StoredTx]
-) -> Answer:
-    """`transactions`: the valid log's transactions in version order (any superset of
-    [low, high]); `oldest_retained`: the first version the store still holds (1 when
-    nothing was garbage collected)."""
-    for tx in transactions:
-        if tx.version > high:
-            break
-        if tx.version >= low and tx.request_id == request_id:
-            return Answer(Outcome.COMMITTED, tx.version, source="store")
-    if max(low, 1) < oldest_retained:
-        return Answer(Outcome.LOG_TRUNCATED, source="store")
-    return Answer(Outcome.NOT_COMMITTED, source="store")
+def judge(committed_at: list[int], low: int, high: int, index_start: int) -> Answer:
+    """The answer from the request-id index: `committed_at` are the versions the index
+    holds for the id (bans excluded); `index_start` is the first version the index covers
+    (1 while nothing was garbage collected)."""
+    for version in committed_at:
+        if low <= version <= high:
+            return Answer(Outcome.COMMITTED, version, source="index")
+    if max(low, 1) < index_start:
+        return Answer(Outcome.LOG_TRUNCATED, source="index")
+    return Answer(Outcome.NOT_COMMITTED, source="index")

@@ -1,9 +1,17 @@
-"""Persister process: claims and opens a term, then runs the `Engine` on ring input and
-sends answers to the gateway worker that owns each request."""
+"""Persister process: leads terms one after another, runs an `Engine` for each, and answers
+each gateway worker in release order.
+
+A process leads a new term when it starts (or is promoted), and again, in the same process,
+when a sequencer or resolver restarted after the ring carried the current term: their state
+(versions handed out, conflict history) is gone, so the ring re-forms under a new term and
+entries stamped with the old one are answered not_leader (nothing of them was written). A
+restarted gateway worker only needs the current term announced to it again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -16,16 +24,19 @@ from prometheus_client import Counter, Gauge
 
 from services.persister.answers import Answers
 from services.persister.engine import Engine
+from services.persister.index import IndexWriter, load_window, read_tail, write_segment
 from services.persister.leadership import (
     LostClaim,
     OpenedTerm,
     claim,
     newest_claim_pod,
+    now_ms,
     open_term,
 )
+from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
-from weaseldb import recovery, tracing
-from weaseldb.blobstore import BlobError, BlobStore
+from weaseldb import recovery, requestids, tracing
+from weaseldb.blobstore import BlobStore
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
 from weaseldb.layout import is_newer_term
@@ -35,16 +46,18 @@ from weaseldb.protocol import (
     DurableEvents,
     EventTransaction,
     GatewayMessage,
+    Hello,
     LeaderLost,
     Progress,
     RingEntry,
     Shutdown,
     StatusEntry,
+    TermJoined,
     TermStart,
     decode_batch,
     encode_batch,
 )
-from weaseldb.ring import Endpoints, Outbox, Ring
+from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, HttpServer, stage_app
 from weaseldb.types import NotLeader
 from weaseldb.versioncell import VersionCell
@@ -61,6 +74,18 @@ STORE_REQUESTS = Counter(
     "Object-store requests by operation and key area",
     ["op", "area"],
 )
+RING_RESETS = Counter(
+    "weaseldb_ring_resets_total", "New terms opened because a stage restarted", ["stage"]
+)
+TERM_WATCH_ERRORS = Counter(
+    "weaseldb_term_watch_errors_total", "Term watch rounds that failed (and were retried)"
+)
+
+#: How long a first term waits for the sequencer's and resolver's Hello before announcing.
+RING_ASSEMBLY_S = 2.0
+#: Frames a gateway worker may have waiting before the persister stops reading the ring.
+WORKER_BACKLOG_BYTES = 64 * 1024 * 1024
+RESET = -1
 
 
 def new_leader_id(pod_name: str) -> str:
@@ -70,22 +95,36 @@ def new_leader_id(pod_name: str) -> str:
 class PersisterStage:
     def __init__(self, config: Config, ring: Ring, store: BlobStore) -> None:
         endpoints = Endpoints(config)
+        ids = config.idempotency
         self.health = Health(reason="recovering")
         self._config = config
         self._store = store
+        self._run_dir = Path(config.run_dir)
         self._inbox = ring.inbox(endpoints.persister)
-        self._gateways: list[Outbox] = [
-            ring.outbox(endpoints.gateway(i)) for i in range(config.gateway.workers)
-        ]
-        self._answers = Answers(config.persister.request_id_memory)
-        self._cell = VersionCell(Path(config.run_dir) / "committed.version")
+        self._queues = WorkerQueues(
+            [ring.outbox(endpoints.gateway(i)) for i in range(config.gateway.workers)],
+            WORKER_BACKLOG_BYTES,
+        )
+        self._answers = Answers(
+            ids.request_id_memory,
+            window_ms=int(ids.request_id_window_s * 1000),
+            hard_cap=ids.request_id_max,
+        )
+        self._cell = VersionCell(self._run_dir / "committed.version")
         self._promote = asyncio.Event()
         self._stop = asyncio.Event()
         self._term: OpenedTerm | None = None
+        self._window_file = ""
         self._engine: Engine | None = None
+        self._index: IndexWriter | None = None
+        self._announced = False  # TermStart of `_term` was sent to the gateways
+        self._ring_closed = False  # ... and a copy of it came back around the ring
+        self._heard: set[str] = set()  # stages whose Hello arrived
+        self._ring_assembled = asyncio.Event()  # ... the sequencer's and the resolver's
+        self._reset = asyncio.Event()  # a sequencer or resolver restarted: new term
+        self._shutdown = asyncio.Event()  # Shutdown came around the ring
         self._committed = 0
         self._outgoing: dict[int, list[GatewayMessage]] = defaultdict(list)
-        self._outgoing_ready = asyncio.Event()
         self._puts_counted = 0
         # Released transactions not yet sent as DurableEvents, and the version released
         # just before them (the change stream's prev_version).
@@ -96,23 +135,23 @@ class PersisterStage:
     # Lifecycle
 
     async def run(self, http: HttpServer) -> int:
+        self._queues.start()
+        reader = asyncio.create_task(self._read_loop(), name="persister-reader")
+        reader.add_done_callback(self._reader_ended)
         try:
-            term = await self._lead()
-        except NotLeader as e:
-            log.error("not leading: %s", e)
-            await self._broadcast([LeaderLost(str(e))])
-            return 1
-        if term is None:
-            return 0  # stopped while standby
-        engine = Engine(
-            self._store,
-            self._config.persister,
-            term,
-            on_release=self._released,
-            on_fail=self._failed,
-        )
-        self._engine = engine
-        return await self._serve(engine, term)
+            return await self._lead_terms()
+        finally:
+            self._flush_outgoing()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await self._queues.drain()
+            reader.cancel()
+            self._queues.stop()
+
+    def _reader_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            log.error("the ring reader stopped: %r", task.exception())
+            self._stop.set()
 
     def on_signal(self) -> None:
         # The drain travels the ring as Shutdown; a signal only bounds how long we wait.
@@ -123,6 +162,22 @@ class PersisterStage:
     def promote(self) -> None:
         self._promote.set()
 
+    async def _lead_terms(self) -> int:
+        renewing = False
+        while True:
+            try:
+                term = await self._lead(renewing)
+            except NotLeader as e:
+                log.error("not leading: %s", e)
+                self._broadcast([LeaderLost(str(e))])
+                return 1
+            if term is None:
+                return 0  # stopped while standby
+            code = await self._serve(term, first=not renewing)
+            if code != RESET:
+                return code
+            renewing = True
+
     async def _may_claim_at_start(self) -> bool:
         if self._config.persister.claim_on_start == "always":
             return True
@@ -132,9 +187,15 @@ class PersisterStage:
         self.health.set(False, f"standby: the newest term is held by pod {holder}")
         return False
 
-    async def _lead(self) -> OpenedTerm | None:
+    async def _lead(self, renewing: bool) -> OpenedTerm | None:
+        """Claim, recover and open a term, index the last leader's tail and load the
+        idempotency window. `renewing`: this process led the term before and drained it."""
         leader_id = new_leader_id(self._config.pod_name)
-        if not await self._may_claim_at_start() and not await self._wait_for_promotion():
+        if (
+            not renewing
+            and not await self._may_claim_at_start()
+            and not await self._wait_for_promotion()
+        ):
             return None
         while True:
             try:
@@ -146,11 +207,15 @@ class PersisterStage:
                 )
                 break
             except LostClaim as e:
+                if renewing:
+                    raise NotLeader(f"another process claimed the next term: {e}") from e
                 self.health.set(False, f"standby: {e}")
                 if not await self._wait_for_promotion():
                     return None
         self.health.set(False, f"recovering term {claimed.term}")
-        term = await open_term(self._store, claimed, self._config.persister)
+        persister = self._config.persister
+        term = await open_term(self._store, claimed, persister, fence=not renewing)
+        await self._index_and_load_window(term)
         self._term = term
         self._committed = term.last_version
         self._answers.start_term(term.last_version + 1)
@@ -163,139 +228,278 @@ class PersisterStage:
         )
         return term
 
-    async def _wait_for_promotion(self) -> bool:
-        promote = asyncio.create_task(self._promote.wait())
-        stop = asyncio.create_task(self._stop.wait())
-        await asyncio.wait({promote, stop}, return_when=asyncio.FIRST_COMPLETED)
-        promote.cancel()
-        stop.cancel()
-        self._promote.clear()
-        return not self._stop.is_set()
+    async def _index_and_load_window(self, term: OpenedTerm) -> None:
+        persister = self._config.persister
+        tail = await read_tail(self._store, persister, opening=term.opening_batch)
+        # The term's first segment covers the tail and our own opening (and fence) batches.
+        tail.newest_batch = term.next_number + 1
+        tail.last_version = term.last_version
+        await write_segment(self._store, persister, tail, term.term)
+        self._index = IndexWriter(self._store, persister, term=term.term, after=tail)
+        self._answers.indexed_through = term.last_version
+        window = await load_window(self._store, self._config.idempotency, now_ms())
+        self._window_file = self._write_window(term.term, window)
 
-    async def _serve(self, engine: Engine, term: OpenedTerm) -> int:
-        self.health.set(False, "announcing the term on the ring")
-        await self._broadcast(
-            [TermStart(term.term, term.leader_id, term.last_version + 1, term.last_version)]
-        )
-        sender = asyncio.create_task(self._send_outgoing())
-        watcher = asyncio.create_task(self._watch_terms(engine, term))
-        reader = asyncio.create_task(self._read(engine))
-        stop = asyncio.create_task(self._stop.wait())
-        failed = asyncio.create_task(engine.failed.wait())
-        await asyncio.wait({reader, stop, failed}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (stop, failed):
+    def _write_window(self, term: int, window: requestids.Entries) -> str:
+        """The sequencer reads it when the term's announcement reaches it."""
+        name = f"idwindow-{term:020d}.bin"
+        temporary = self._run_dir / f".{name}.tmp"
+        temporary.write_bytes(requestids.encode_window(window))
+        temporary.replace(self._run_dir / name)
+        for old in self._run_dir.glob("idwindow-*.bin"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+        return name
+
+    async def _wait_for_promotion(self) -> bool:
+        waits = [
+            asyncio.create_task(event.wait())
+            for event in (self._promote, self._stop, self._shutdown)
+        ]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
             task.cancel()
-        if reader.done():
-            code = reader.result()
-        else:
-            reader.cancel()
-            if engine.failure is None:
-                log.warning("persister: drain timed out")
-            code = 1
-        if engine.failure is not None:
-            await self._broadcast([LeaderLost(str(engine.failure))])
-        sender.cancel()
-        watcher.cancel()
+        self._promote.clear()
+        return not (self._stop.is_set() or self._shutdown.is_set())
+
+    async def _serve(self, term: OpenedTerm, *, first: bool) -> int:
+        engine = Engine(
+            self._store,
+            self._config.persister,
+            term,
+            on_release=self._released,
+            on_fail=self._failed,
+        )
+        self._engine = engine
+        self._puts_counted = 0
+        self._reset.clear()
+        if first:
+            await self._wait_for_ring_stages()
+        self._announce(term)
+        watcher = asyncio.create_task(self._watch_terms(engine, term))
+        ticker = asyncio.create_task(self._tick_index())
+        waits = {
+            "reset": asyncio.create_task(self._reset.wait()),
+            "shutdown": asyncio.create_task(self._shutdown.wait()),
+            "failed": asyncio.create_task(engine.failed.wait()),
+            "stop": asyncio.create_task(self._stop.wait()),
+        }
+        await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
+        for task in (*waits.values(), watcher, ticker):
+            task.cancel()
+        code = await self._end_term(engine, waits["reset"].done(), waits["shutdown"].done())
+        self._announced = self._ring_closed = False
+        self._engine = None
         return code
 
-    async def _read(self, engine: Engine) -> int:
+    async def _end_term(self, engine: Engine, reset: bool, shutdown: bool) -> int:
+        index = self._index
+        if engine.failure is None and (reset or shutdown):
+            await engine.drain()
+            if index is not None and engine.failure is None:
+                await index.flush()
+        if engine.failure is not None:
+            self._broadcast([LeaderLost(str(engine.failure))])
+            return 1
+        if reset:
+            self.health.set(False, "a stage restarted: opening a new term")
+            return RESET
+        if shutdown:
+            self._broadcast([Shutdown()])
+            return 0
+        log.warning("persister: drain timed out")
+        return 1
+
+    async def _wait_for_ring_stages(self) -> None:
+        """At the first term, give the sequencer and resolver a moment to say Hello, so a
+        stage that merely started late is not taken for one that restarted."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ring_assembled.wait(), RING_ASSEMBLY_S)
+
+    def _announce(self, term: OpenedTerm) -> None:
+        self.health.set(False, "announcing the term on the ring")
+        self._broadcast([self._term_start(term)])
+        self._announced, self._ring_closed = True, False
+
+    def _term_start(self, term: OpenedTerm) -> TermStart:
+        return TermStart(
+            term.term, term.leader_id, term.last_version + 1, term.last_version, self._window_file
+        )
+
+    # Reading the ring
+
+    async def _read_loop(self) -> None:
         while True:
             entries = [e for frame in await self._inbox.receive() for e in decode_batch(frame)]
-            if any(isinstance(e, TermStart) for e in entries):
-                self.health.set(True, "leading")
-            work: list[RingEntry] = [e for e in entries if not isinstance(e, TermStart | Shutdown)]
-            if work:
-                engine.submit(work)
-            if engine.failure is not None:
-                return 1
-            if any(isinstance(e, Shutdown) for e in entries):
-                await engine.drain()
-                await self._broadcast([Shutdown()])
-                return 1 if engine.failure is not None else 0
-            IN_FLIGHT.set(engine.in_flight)
-            await engine.wait_for_capacity()
+            self._take(entries)
+            engine = self._engine
+            if engine is not None:
+                IN_FLIGHT.set(engine.in_flight)
+                await engine.wait_for_capacity()
+            await self._queues.room()
+
+    def _take(self, entries: list[RingEntry]) -> None:
+        work: list[RingEntry] = []
+        for entry in entries:
+            if isinstance(entry, Hello):
+                self._on_hello(entry)
+            elif isinstance(entry, TermStart):
+                if self._is_current(entry.term):
+                    self._close_ring()
+                    work.append(entry)  # released in order: then the worker hears TermJoined
+            elif isinstance(entry, Shutdown):
+                self._submit(work)
+                work = []
+                self._shutdown.set()
+            elif isinstance(entry, CommitEntry | StatusEntry):
+                if self._is_current(entry.term):
+                    work.append(entry)
+                else:
+                    self._answer_stale(entry)
+        self._submit(work)
+
+    def _is_current(self, term: int) -> bool:
+        return (
+            self._announced
+            and self._term is not None
+            and term == self._term.term
+            and self._engine is not None
+            and not self._reset.is_set()
+        )
+
+    def _submit(self, work: list[RingEntry]) -> None:
+        if work and self._engine is not None:
+            self._engine.submit(work)
+
+    def _close_ring(self) -> None:
+        if not self._ring_closed:
+            self._ring_closed = True
+            self.health.set(True, "leading")
+
+    def _on_hello(self, hello: Hello) -> None:
+        self._heard.add(hello.stage)
+        if {"sequencer", "resolver"} <= self._heard:
+            self._ring_assembled.set()
+        if not self._announced or self._term is None:
+            return  # the coming announcement reaches it
+        if hello.stage == "gateway":
+            log.info("gateway worker %d (re)started: announcing the term to it", hello.worker)
+            self._queues.put(hello.worker, encode_batch([self._term_start(self._term)]))
+            return
+        log.warning("the %s restarted: the ring lost its state, opening a new term", hello.stage)
+        RING_RESETS.labels(hello.stage).inc()
+        self._reset.set()
+
+    def _answer_stale(self, entry: CommitEntry | StatusEntry) -> None:
+        """An entry of a term that ended (or of none): nothing of it was written."""
+        if isinstance(entry, StatusEntry):
+            self._outgoing[entry.origin].append(Answers.stale_status(entry))
+        else:
+            self._outgoing[entry.origin].append(
+                Answers.not_leader(entry, "sequenced in a term that has ended")
+            )
+        self._flush_outgoing()
 
     async def _watch_terms(self, engine: Engine, term: OpenedTerm) -> None:
+        """Stop promptly once a newer term is claimed, even while idle. Any failure to look
+        is logged, counted and retried: the write path decides about the store itself."""
         while engine.failure is None:
             await asyncio.sleep(self._config.persister.term_watch_interval_s)
             try:
                 newest = await recovery.newest_claim(self._store)
-            except BlobError as e:
-                log.warning("term watch: %s", e)  # the write path decides about the store
+            except Exception as e:
+                TERM_WATCH_ERRORS.inc()
+                log.warning("term watch failed (will retry): %r", e)
                 continue
             if newest is not None and is_newer_term(newest, term.term):
                 engine.depose(f"term {newest} was claimed after ours ({term.term})")
+
+    async def _tick_index(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if self._index is not None:
+                self._index.tick()
 
     # Answers
 
     def _released(self, slots: list[Slot]) -> None:
         released_ns = time.time_ns()
+        now = now_ms()
         for slot in slots:
             tracing.record_stage("persister", slot.riders, slot.opened_ns, released_ns)
-            if slot.number is not None:
+            if slot.batch is not None:
                 self._committed = slot.last_version
                 BATCHES.inc()
+                if self._index is not None:
+                    self._index.add(slot.batch)
             for entry in slot.riders:
-                if (
-                    slot.number is not None
-                    and isinstance(entry, CommitEntry)
-                    and entry.state is CommitState.ACCEPTED
-                ):
-                    if not self._events:
-                        self._events_prev = self._last_released_tx
-                    self._events.append(
-                        EventTransaction(
-                            entry.version, entry.request_id, entry.timestamp_ms, entry.operations
-                        )
-                    )
-                    self._last_released_tx = entry.version
-                reply = self._answers.reply(entry, self._committed)
-                if reply is not None and isinstance(entry, (CommitEntry, StatusEntry)):
-                    self._outgoing[entry.origin].append(reply)
+                self._release_entry(entry, slot, now)
+        if self._index is not None:
+            self._answers.indexed_through = self._index.indexed_through
         # Raise the shared version before any answer leaves (see weaseldb.versioncell).
         self._cell.write(self._committed)
         COMMITTED.set(self._committed)
-        self._outgoing_ready.set()
+        self._flush_outgoing()
 
-    def _failed(self, entries: list[RingEntry], error: BaseException) -> None:
-        for entry in entries:
-            if isinstance(entry, CommitEntry):
-                self._outgoing[entry.origin].append(Answers.not_leader(entry))
-        self._outgoing_ready.set()
-
-    async def _send_outgoing(self) -> None:
-        """The only sender of answers, so each worker gets them in release order."""
-        while True:
-            await self._outgoing_ready.wait()
-            self._outgoing_ready.clear()
-            await self._flush_outgoing()
-
-    async def _flush_outgoing(self) -> None:
-        if self._term is None:
+    def _release_entry(self, entry: RingEntry, slot: Slot, now: int) -> None:
+        if isinstance(entry, TermStart):
+            self._outgoing[entry.origin].append(TermJoined(entry.term))
             return
+        if (
+            slot.batch is not None
+            and isinstance(entry, CommitEntry)
+            and entry.state is CommitState.ACCEPTED
+        ):
+            if not self._events:
+                self._events_prev = self._last_released_tx
+            self._events.append(
+                EventTransaction(
+                    entry.version, entry.request_id, entry.timestamp_ms, entry.operations
+                )
+            )
+            self._last_released_tx = entry.version
+        reply = self._answers.reply(entry, self._committed, now)
+        if reply is not None and isinstance(entry, CommitEntry | StatusEntry):
+            self._outgoing[entry.origin].append(reply)
+
+    def _failed(
+        self, written: list[RingEntry], not_written: list[RingEntry], error: BaseException
+    ) -> None:
+        why = f"the leader stopped: {error}"
+        for entries, maybe_written in ((written, True), (not_written, False)):
+            for entry in entries:
+                if isinstance(entry, CommitEntry):
+                    reply = Answers.failed(entry, maybe_written=maybe_written, why=why)
+                    self._outgoing[entry.origin].append(reply)
+                elif isinstance(entry, StatusEntry):
+                    self._outgoing[entry.origin].append(Answers.stale_status(entry))
+        self._flush_outgoing()
+
+    def _flush_outgoing(self) -> None:
+        """Queue this round's events, progress and answers for every worker, in that order
+        (a worker that has seen Progress(v) has seen every transaction up to v)."""
         outgoing, self._outgoing = self._outgoing, defaultdict(list)
         if self._engine is not None:
             PUTS.inc(self._engine.puts - self._puts_counted)
             self._puts_counted = self._engine.puts
-        events: bytes | None = None
         if self._events:
             # Encoded once for every worker: the cost is per release round, not per
-            # worker or subscriber. Sent before Progress, so a worker that has seen
-            # Progress(v) has seen every transaction up to v.
-            events = encode_batch(
-                list[GatewayMessage]([DurableEvents(self._events_prev, self._events)])
+            # worker or subscriber.
+            self._queues.put_all(
+                encode_batch(list[GatewayMessage]([DurableEvents(self._events_prev, self._events)]))
             )
             self._events = []
-        progress = Progress(self._committed, self._term.leader_id, self._term.term)
-        for worker, outbox in enumerate(self._gateways):
-            if events is not None:
-                await outbox.send(events)
-            await outbox.send(encode_batch([progress, *outgoing.get(worker, [])]))
+        progress: list[GatewayMessage] = []
+        if self._term is not None:
+            progress = [Progress(self._committed, self._term.leader_id, self._term.term)]
+        for queue in self._queues:
+            messages = progress + outgoing.get(queue.worker, [])
+            if messages:
+                queue.put(encode_batch(messages))
 
-    async def _broadcast(self, messages: list[GatewayMessage]) -> None:
-        await self._flush_outgoing()
-        for outbox in self._gateways:
-            await outbox.send(encode_batch(messages))
+    def _broadcast(self, messages: list[GatewayMessage]) -> None:
+        self._flush_outgoing()
+        self._queues.put_all(encode_batch(messages))
 
 
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:

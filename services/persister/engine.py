@@ -11,8 +11,11 @@ fencing on 412, ordered release and drain (storage.md, "Writing batches").
 - A 412 on our number means someone else owns it: our own batch (a retried PUT that had
   landed) is success; a newer term means we are deposed; an older term cannot happen after
   the fence run and is treated as fatal rather than silently renumbered.
+- A status lookup's id is written into the next batch as banned, and its answer released
+  with that batch, so the ban survives a restart.
 - Any fatal error stops the engine: `failure` is set and every unreleased entry is handed to
-  `on_fail` so the caller answers `not_leader` and exits non-zero.
+  `on_fail`, split into the entries whose batch PUT had started (they may have landed) and
+  the rest (certainly not written), so the caller answers each correctly and exits.
 """
 
 from __future__ import annotations
@@ -27,13 +30,21 @@ from weaseldb import batchfile, layout, recovery
 from weaseldb.batchfile import Transaction
 from weaseldb.blobstore import AlreadyExists, BlobStore
 from weaseldb.config import PersisterConfig
-from weaseldb.protocol import CommitEntry, CommitState, RangeDelete, RingEntry, Write
+from weaseldb.protocol import (
+    CommitEntry,
+    CommitState,
+    RangeDelete,
+    RingEntry,
+    StatusEntry,
+    Write,
+)
 from weaseldb.types import Deposed, WeaselError
 
 log = logging.getLogger("weaseldb.persister")
 
 ReleaseHandler = Callable[[list[Slot]], None]
-FailHandler = Callable[[list[RingEntry], BaseException], None]
+#: (entries whose batch PUT had started, entries certainly not written, the error)
+FailHandler = Callable[[list[RingEntry], list[RingEntry], BaseException], None]
 
 
 def _encoded_size(entry: CommitEntry) -> int:
@@ -67,6 +78,7 @@ class Engine:
         self._last_version = term.last_version  # last version handed to a batch
         self._release = OrderedRelease()
         self._pending: list[Transaction] = []
+        self._bans: list[str] = []
         self._riders: list[RingEntry] = []
         self._pending_bytes = 0
         self._in_flight = 0
@@ -95,9 +107,10 @@ class Engine:
         return self.window_used < self._config.max_in_flight_requests
 
     def submit(self, entries: list[RingEntry]) -> None:
-        """Take one ring batch of resolved entries."""
+        """Take one ring batch of resolved entries of this term (and riders to release in
+        order with them)."""
         if self.failure is not None:
-            self._on_fail(entries, self.failure)
+            self._on_fail([], entries, self.failure)
             return
         for entry in entries:
             if isinstance(entry, CommitEntry) and entry.state is CommitState.ACCEPTED:
@@ -108,6 +121,9 @@ class Engine:
                 )
                 self._pending_bytes += _encoded_size(entry)
                 self._last_version = entry.version
+            elif isinstance(entry, StatusEntry):
+                self._bans.append(entry.request_id)
+                self._pending_bytes += 16 + len(entry.request_id)
             self._riders.append(entry)
         self._maybe_flush()
 
@@ -126,7 +142,7 @@ class Engine:
     def _maybe_flush(self) -> None:
         if not self._riders or self.failure is not None:
             return
-        if not self._pending:
+        if not self._pending and not self._bans:
             self._flush()  # answers only: nothing to write, release in order
         elif (
             self._in_flight == 0
@@ -153,27 +169,30 @@ class Engine:
             self._timer = None
         self._due = False
         self._idle.clear()
-        transactions, riders = self._pending, self._riders
-        self._pending, self._riders, self._pending_bytes = [], [], 0
-        if not transactions:
+        transactions, bans, riders = self._pending, self._bans, self._riders
+        self._pending, self._bans, self._riders, self._pending_bytes = [], [], [], 0
+        if not transactions and not bans:
             slot = Slot(None, self._last_version, riders)
             self._release.open(slot)
             self._completed(slot)
             return
         number = self._next_number
         self._next_number -= 1
-        slot = Slot(number, transactions[-1].version, riders)
+        last = transactions[-1].version if transactions else self._last_version
+        slot = Slot(number, last, riders)
         self._release.open(slot)
         batch = batchfile.Batch(
             format=batchfile.FORMAT_VERSION,
             batch=number,
             term=self._term.term,
             leader_id=self._term.leader_id,
-            first_version=transactions[0].version,
-            last_version=slot.last_version,
+            first_version=transactions[0].version if transactions else last + 1,
+            last_version=last,
             created_at_ms=now_ms(),
             transactions=transactions,
+            banned=bans,
         )
+        slot.batch = batch
         self._in_flight += 1
         task = asyncio.create_task(self._write(slot, batch))
         self._tasks.add(task)
@@ -235,10 +254,13 @@ class Engine:
             log.error("persister stops leading: %s", error)
             self.failure = error
             self.failed.set()
-        entries = [e for slot in self._release.unreleased() for e in slot.riders] + self._riders
+        unreleased = self._release.unreleased()
+        written = [e for slot in unreleased if slot.number is not None for e in slot.riders]
+        not_written = [e for slot in unreleased if slot.number is None for e in slot.riders]
+        not_written += self._riders
         self._release = OrderedRelease()
-        self._pending, self._riders = [], []
+        self._pending, self._bans, self._riders = [], [], []
         self._capacity.set()
-        if entries:
-            self._on_fail(entries, error)
+        if written or not_written:
+            self._on_fail(written, not_written, error)
         self._idle.set()

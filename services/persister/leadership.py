@@ -93,7 +93,12 @@ async def claim(
     return Claim(term, prior, leader_id)
 
 
-async def open_term(store: BlobStore, claimed: Claim, config: PersisterConfig) -> OpenedTerm:
+async def open_term(
+    store: BlobStore, claimed: Claim, config: PersisterConfig, *, fence: bool = True
+) -> OpenedTerm:
+    """Recover, write the opening batch and (unless `fence` is off) the fence run. The
+    fence guards against the previous term's leader still writing; a process renewing its
+    own term after draining it has nothing left in flight, so it may skip the fence."""
     found = await with_retries(
         lambda: recovery.recover(store, prior_term=claimed.prior_term), config, "recover"
     )
@@ -115,10 +120,10 @@ async def open_term(store: BlobStore, claimed: Claim, config: PersisterConfig) -
         if newest is None or not layout.is_newer_term(newest, taken.term):
             last_version, newest = max(last_version, taken.last_version), taken.term
         number -= 1
-    await _fence(store, claimed, opening, config)
-    return OpenedTerm(
-        claimed.term, claimed.leader_id, number, number - recovery.FENCE_LENGTH - 1, last_version
-    )
+    fenced = recovery.FENCE_LENGTH if fence else 0
+    if fenced:
+        await _fence(store, claimed, opening, config)
+    return OpenedTerm(claimed.term, claimed.leader_id, number, number - fenced - 1, last_version)
 
 
 async def _put_or_read(

@@ -11,6 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from weaseldb.batchfile import Batch
 from weaseldb.protocol import RingEntry
 
 
@@ -22,6 +23,7 @@ class Slot:
     durable: bool = False
     attempts: int = 0
     opened_ns: int = field(default_factory=time.time_ns)  # wall clock, for traces
+    batch: Batch | None = None  # what was written (for the request-id index)
 
 
 class OrderedRelease:

@@ -45,7 +45,7 @@ class AcceptedPublisher:
         transactions: list[EventTransaction] = []
         prev = self._prev
         for entry in entries:
-            if isinstance(entry, TermStart):
+            if isinstance(entry, TermStart) and entry.term != self._term:
                 if transactions:
                     self._emit(transactions, prev)
                 transactions = []

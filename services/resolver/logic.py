@@ -75,6 +75,7 @@ class Resolver:
         self._window = window
         self._clock = clock
         self._history = WriteHistory()
+        self._term: int | None = None
         self._first_version: int | None = None  # None: no term is active
         self._floor = 0  # history holds every accepted write with version >= floor
         self._newest = 0  # highest version resolved this term
@@ -102,7 +103,11 @@ class Resolver:
         return len(self._history)
 
     def start_term(self, term: TermStart) -> None:
-        """Forget everything: the new term's versions start at `term.first_version`."""
+        """Forget everything: the new term's versions start at `term.first_version`. Every
+        gateway worker forwards its own copy of the announcement: only the first counts."""
+        if term.term == self._term:
+            return
+        self._term = term.term
         self._history = WriteHistory()
         self._first_version = term.first_version
         self._floor = term.first_version
@@ -112,6 +117,7 @@ class Resolver:
     def end_term(self) -> None:
         """Commits arriving from now on until the next term start become NOT_LEADER."""
         self._first_version = None
+        self._term = None
         self._history = WriteHistory()  # release the memory now; a new term resets anyway
         self._samples.clear()
 
@@ -127,8 +133,8 @@ class Resolver:
                 self.start_term(entry)
 
     def _resolve_commit(self, entry: CommitEntry) -> None:
-        if self._first_version is None or entry.version < self._first_version:
-            entry.state = CommitState.NOT_LEADER  # no term, or sequenced in an older one
+        if self._first_version is None or entry.term != self._term:
+            entry.state = CommitState.NOT_LEADER  # no term, or sequenced in another one
             return
         if entry.version <= self._newest:
             raise ValueError(f"version {entry.version} resolved after {self._newest}")

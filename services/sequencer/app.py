@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from fastapi import FastAPI
+from prometheus_client import Gauge
 
 from services.sequencer.logic import Sequencer
+from weaseldb import requestids
 from weaseldb.config import Config
 from weaseldb.protocol import RingEntry
 from weaseldb.relay import RelayStage
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, stage_app
 
+REMEMBERED = Gauge("weaseldb_sequencer_request_ids", "Request ids remembered exactly")
+
 
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
-    sequencer = Sequencer(config.sequencer.request_id_memory)
+    run_dir = Path(config.run_dir)
+    ids = config.idempotency
+    sequencer = Sequencer(
+        ids.request_id_memory,
+        window_ms=int(ids.request_id_window_s * 1000),
+        id_hard_cap=ids.request_id_max,
+        load_window=lambda name: requestids.decode_window((run_dir / name).read_bytes()),
+    )
     health = Health(reason="waiting for a term")
 
     def process(entries: list[RingEntry]) -> list[RingEntry]:
@@ -24,6 +36,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         if sequencer.leading and not health.ready:
             health.set(True, "leading")
         health.details["last_assigned_version"] = sequencer.last_assigned
+        REMEMBERED.set(sequencer.remembered)
         return forward
 
     stage = RelayStage(

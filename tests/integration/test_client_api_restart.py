@@ -15,7 +15,7 @@ from tests.integration.test_client_api import commit, log_versions, status
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb import batchfile, layout
+from weaseldb import batchfile, layout, requestids
 from weaseldb.batchfile import Batch, BatchKind, Transaction
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import all_batch_numbers
@@ -46,15 +46,19 @@ def test_history_survives_restarts_and_truncation_is_reported(
     third = ProcessSet(f"dir:{data}", port, run_dir).start()  # 1000 more batches after `kept`
     assert third.stop() == 0
 
-    # What garbage collection will do: delete the oldest batches (here: up to `kept`).
+    # What garbage collection does: delete the oldest batches (here: up to `kept`) and the
+    # request-id index segments whose every batch is gone.
     store = DirectoryStore(data)
 
     async def truncate() -> None:
         for number in await all_batch_numbers(store):  # oldest first
             batch = await read_batch(store, number)
             if any(t.request_id == kept["request_id"] for t in batch.transactions):
-                return
+                break
             await store.delete(layout.batch_key(number))
+        for span in await requestids.list_spans(store):
+            if span.newest_batch > number:
+                await store.delete(span.key)
 
     asyncio.run(truncate())
     fourth = ProcessSet(f"dir:{data}", port, run_dir).start()

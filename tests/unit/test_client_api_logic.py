@@ -27,12 +27,11 @@ def test_status_decide_from_memory_or_store() -> None:
     assert st.decide(reply(floor=200), 0) == st.ReadStore(0, 100)
 
 
-def test_status_search() -> None:
-    log = [st.StoredTx(5, "a"), st.StoredTx(9, "b")]
-    assert st.search("b", 0, 20, 1, log).version == 9
-    assert st.search("b", 0, 8, 1, log).status == Outcome.NOT_COMMITTED
-    assert st.search("c", 0, 20, 5, log).status == Outcome.LOG_TRUNCATED
-    assert st.search("c", 5, 20, 5, log).status == Outcome.NOT_COMMITTED
+def test_status_judged_from_the_index() -> None:
+    assert st.judge([9], 0, 20, 1).version == 9
+    assert st.judge([9], 0, 8, 1).status == Outcome.NOT_COMMITTED
+    assert st.judge([], 0, 20, 5).status == Outcome.LOG_TRUNCATED
+    assert st.judge([], 5, 20, 5).status == Outcome.NOT_COMMITTED
 
 
 def tx(version: int) -> EventTransaction:

@@ -54,7 +54,9 @@ class Harness:
             config,
             term,
             on_release=self.released.extend,
-            on_fail=lambda entries, error: self.failed.append((entries, error)),
+            on_fail=lambda written, unwritten, error: self.failed.append(
+                (written + unwritten, error)
+            ),
         )
 
     def released_versions(self) -> list[int]:

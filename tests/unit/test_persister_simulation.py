@@ -127,8 +127,10 @@ class PersisterSimulation(RuleBasedStateMachine):
                     self.released.append(entry.version)
                     self.released_this_term.append(entry.version)
 
-    def _failed(self, entries: list[RingEntry], error: BaseException) -> None:
-        self.failed.update(e.version for e in entries if isinstance(e, CommitEntry))
+    def _failed(
+        self, written: list[RingEntry], unwritten: list[RingEntry], error: BaseException
+    ) -> None:
+        self.failed.update(e.version for e in written + unwritten if isinstance(e, CommitEntry))
 
     @rule(count=st.integers(1, 5))
     def commits_arrive(self, count: int) -> None:

@@ -34,8 +34,8 @@ class FakeClock:
         return self.now
 
 
-def term(first_version: int = 1) -> TermStart:
-    return TermStart(term=1, leader_id="L", first_version=first_version, committed_version=0)
+def term(first_version: int = 1, number: int = 1) -> TermStart:
+    return TermStart(number, "L", first_version=first_version, committed_version=0)
 
 
 def commit(
@@ -43,6 +43,7 @@ def commit(
     preconditions: list[Precondition] | None = None,
     operations: list[Operation] | None = None,
     state: CommitState = CommitState.SEQUENCED,
+    term: int = 1,
 ) -> CommitEntry:
     ticket = next(_tickets)
     return CommitEntry(
@@ -53,6 +54,7 @@ def commit(
         operations=operations or [Write(b"unrelated", b"v")],
         state=state,
         version=version,
+        term=term,
     )
 
 
@@ -326,17 +328,28 @@ def test_no_term_means_not_leader() -> None:
 def test_new_term_resets_history() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"x", b"")])])
-    resolver.resolve([term(2)])
-    probe = commit(2, preconditions=[PointRead(b"x", 1), PointRead(b"x", 0)])
+    resolver.resolve([term(2, number=0)])
+    probe = commit(2, preconditions=[PointRead(b"x", 1), PointRead(b"x", 0)], term=0)
     resolver.resolve([probe])
     assert probe.conflicts == [(1, "too_old")]  # read at 1 = first_version - 1 is checkable
 
 
-def test_commit_from_an_older_term_is_not_leader() -> None:
+def test_commit_from_another_term_is_not_leader() -> None:
+    """Stamped by a sequencer in another term (one that restarted, or an older term's
+    entry still on the ring): dropped, whatever its version."""
     resolver = leading(first_version=50)
-    stale = commit(49)
-    resolver.resolve([stale])
-    assert stale.state == CommitState.NOT_LEADER
+    stale, other = commit(49, term=2), commit(60, term=2)
+    resolver.resolve([stale, other])
+    assert stale.state == other.state == CommitState.NOT_LEADER
+
+
+def test_each_workers_copy_of_the_term_start_resets_only_once() -> None:
+    resolver = leading()
+    resolver.resolve([commit(1, operations=[Write(b"x", b"")])])
+    resolver.resolve([term(1)])  # another gateway worker's copy of the same term
+    probe = commit(2, preconditions=[PointRead(b"x", 0)])
+    resolver.resolve([probe])
+    assert probe.conflicts == [(0, "conflict")]  # history survived the second copy
 
 
 def test_versions_going_backwards_is_a_bug() -> None:

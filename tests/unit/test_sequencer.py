@@ -1,23 +1,28 @@
 from services.sequencer.logic import Sequencer
-from weaseldb.protocol import CommitEntry, CommitState, StatusEntry, TermStart, Write
+from services.sequencer.window import FadedIds, RequestIdWindow
+from weaseldb.protocol import CommitEntry, CommitState, Hello, StatusEntry, TermStart, Write
+from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
 
 
 def commit(request_id: str) -> CommitEntry:
     return CommitEntry(0, 1, request_id, [], [Write(b"k", b"v")])
 
 
-def started(first_version: int = 100, term: int = 50) -> Sequencer:
-    sequencer = Sequencer(id_memory=3)
+def started(
+    first_version: int = 100, term: int = 50, *, memory: int = 3, window_ms: int = 0
+) -> Sequencer:
+    sequencer = Sequencer(id_memory=memory, window_ms=window_ms)
     sequencer.sequence([TermStart(term, "leader", first_version, first_version - 1)], 0)
     return sequencer
 
 
-def test_versions_are_gapless_from_the_term_start() -> None:
+def test_versions_are_gapless_from_the_term_start_and_stamped_with_the_term() -> None:
     sequencer = started(100)
     entries = [commit(f"id-{i}") for i in range(5)]
     sequencer.sequence(list(entries), now_ms=7)
     assert [e.version for e in entries] == [100, 101, 102, 103, 104]
     assert all(e.state is CommitState.SEQUENCED and e.timestamp_ms == 7 for e in entries)
+    assert all(e.term == 50 for e in entries)
     assert sequencer.last_assigned == 104
 
 
@@ -31,7 +36,7 @@ def test_status_bans_the_id_and_takes_the_upper_bound() -> None:
     sequencer = started(100)
     first, status, later = commit("a"), StatusEntry(0, 2, "b"), commit("b")
     sequencer.sequence([first, status, later], 0)
-    assert status.upper_bound == 100
+    assert status.upper_bound == 100 and status.term == 50
     assert later.state is CommitState.BANNED and later.version == 0
 
 
@@ -52,27 +57,79 @@ def test_retried_request_id_is_a_duplicate_not_a_new_version() -> None:
     assert sequencer.last_assigned == 10
 
 
-def test_id_memory_is_bounded_oldest_first() -> None:
-    sequencer = started(1)
+def test_an_id_past_the_window_is_unknown_never_sequenced_again() -> None:
+    sequencer = started(1, memory=3)
     sequencer.sequence([commit(f"id-{i}") for i in range(4)], 0)  # memory holds 3
-    forgotten, kept = commit("id-0"), commit("id-3")
-    sequencer.sequence([forgotten, kept], 0)
-    assert forgotten.state is CommitState.SEQUENCED
+    faded, kept, fresh = commit("id-0"), commit("id-3"), commit("id-new")
+    sequencer.sequence([faded, kept, fresh], 0)
+    assert faded.state is CommitState.UNKNOWN and faded.version == 0
     assert kept.state is CommitState.DUPLICATE
+    assert fresh.state is CommitState.SEQUENCED and fresh.version == 5
 
 
-def test_repeated_announcement_of_the_same_term_is_dropped_once() -> None:
+def test_the_time_window_keeps_more_than_the_count() -> None:
+    sequencer = started(1, memory=2, window_ms=1_000)
+    sequencer.sequence([commit(f"id-{i}") for i in range(5)], now_ms=0)
+    sequencer.sequence([commit("later")], now_ms=500)  # all five are younger than 1 s
+    young = commit("id-0")
+    sequencer.sequence([young], now_ms=900)
+    assert young.state is CommitState.DUPLICATE
+    sequencer.sequence([commit("much-later")], now_ms=5_000)
+    old = commit("id-1")
+    sequencer.sequence([old], now_ms=5_000)
+    assert old.state is CommitState.UNKNOWN
+
+
+def test_every_copy_of_the_term_start_is_forwarded_but_counts_once() -> None:
     sequencer = started(100, term=50)
-    again = TermStart(50, "leader", 100, 99)
-    entry = commit("a")
+    first = commit("a")
+    sequencer.sequence([first], 0)
+    again = TermStart(50, "leader", 100, 99, origin=1)
+    entry = commit("b")
     forward = sequencer.sequence([again, entry], 0)
-    assert forward == [entry] and entry.version == 100
+    assert forward == [again, entry] and entry.version == 101
 
 
-def test_new_term_restarts_numbering_and_forgets_bans() -> None:
-    sequencer = started(100, term=50)
-    sequencer.sequence([StatusEntry(0, 1, "banned-id")], 0)
-    sequencer.sequence([TermStart(49, "other", 500, 499)], 0)
-    entry = commit("banned-id")
-    sequencer.sequence([entry], 0)
-    assert entry.state is CommitState.SEQUENCED and entry.version == 500
+def test_hello_passes_through_to_the_persister() -> None:
+    hello = Hello("gateway", 3)
+    assert Sequencer().sequence([hello], 0) == [hello]
+
+
+def window_with(rows: list[tuple[str, int, int]]) -> Entries:
+    return make_entries([(id_hash(r), v, t) for r, v, t in rows])
+
+
+def test_a_new_term_takes_the_window_of_earlier_terms_from_the_index() -> None:
+    """Retries after a restart or leader change: the persister loads committed ids and bans
+    from the request-id index and names the file in the TermStart."""
+    files = {"w": window_with([("committed-before", 41, 0), ("banned-before", BANNED, 0)])}
+    sequencer = Sequencer(load_window=files.__getitem__)
+    sequencer.sequence([StatusEntry(0, 1, "banned-in-this-process-only")], 0)
+    sequencer.sequence([TermStart(49, "other", 500, 499, window_file="w")], 0)
+    retry, banned, forgotten = commit("committed-before"), commit("banned-before"), commit("x")
+    unbanned = commit("banned-in-this-process-only")
+    sequencer.sequence([retry, banned, forgotten, unbanned], 0)
+    assert (retry.state, retry.version) == (CommitState.DUPLICATE, 41)
+    assert banned.state is CommitState.BANNED
+    assert (forgotten.version, unbanned.version) == (500, 501)  # not in the store's window
+
+
+def test_window_is_bounded_by_its_hard_cap_even_when_young() -> None:
+    window = RequestIdWindow(memory=2, window_ms=10**9, hard_cap=4, faded=FadedIds(1024))
+    for i in range(10):
+        window.add(i + 1, i + 1, now_ms=0)
+    window.expire(now_ms=0)
+    assert len(window) == 4
+    assert 1 in window.faded and window.get(10) == 10
+
+
+def test_faded_ids_keep_two_generations() -> None:
+    faded = FadedIds(capacity=100)
+    ids = [id_hash(f"faded-{i}") for i in range(301)]
+    for hash_ in ids[1:201]:
+        faded.add(hash_)
+    assert ids[1] in faded and ids[200] in faded  # both generations still held
+    for hash_ in ids[201:301]:
+        faded.add(hash_)
+    assert ids[300] in faded and ids[150] in faded
+    assert sum(h in faded for h in ids[1:101]) <= 1  # the oldest generation was dropped

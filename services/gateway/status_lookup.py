@@ -1,0 +1,62 @@
+"""Status lookups below the persister's memory: searched in the request-id index.
+
+Cost per lookup: one LIST of ``requestids/`` (a page per 1000 segments) and, for each
+segment whose versions overlap the range searched, one ranged read of the id's bucket
+(about 4 KiB), newest segment first, stopping at the first hit. Segment headers are read
+once per worker and cached: segments never change. No batch is read.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from services.gateway import status as status_logic
+from weaseldb import requestids
+from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.requestids import BANNED, SegmentHeader, SegmentSpan
+
+#: Segment headers kept per gateway worker (a header is ~16 bytes per bucket).
+HEADER_CACHE = 4096
+
+
+class IndexSearch:
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        self._headers: OrderedDict[str, tuple[SegmentHeader, int]] = OrderedDict()
+
+    async def search(self, request_id: str, low: int, high: int) -> status_logic.Answer:
+        spans = requestids.cover(await requestids.list_spans(self._store))
+        index_start = await self._index_start(spans)
+        hash_ = requestids.id_hash(request_id)
+        for span in spans:
+            try:
+                header, body = await self._header(span)
+                if header.last_version < low or header.first_version > high:
+                    continue
+                found = await requestids.find(self._store, header, body, hash_)
+            except NotFound:
+                continue  # garbage-collected after the LIST: below what is retained
+            committed = [v for v in found["version"].tolist() if v != BANNED]
+            if committed:
+                return status_logic.judge(committed, low, high, index_start)
+        return status_logic.judge([], low, high, index_start)
+
+    async def _index_start(self, spans: list[SegmentSpan]) -> int:
+        """The first version the index still covers: the oldest readable segment's."""
+        for span in reversed(spans):
+            try:
+                return (await self._header(span))[0].first_version
+            except NotFound:
+                continue
+        return 1
+
+    async def _header(self, span: SegmentSpan) -> tuple[SegmentHeader, int]:
+        cached = self._headers.get(span.key)
+        if cached is not None:
+            self._headers.move_to_end(span.key)
+            return cached
+        found = await requestids.read_header(self._store, span.key)
+        self._headers[span.key] = found
+        if len(self._headers) > HEADER_CACHE:
+            self._headers.popitem(last=False)
+        return found

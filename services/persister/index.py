@@ -1,0 +1,233 @@
+"""The persister's side of the request-id index (weaseldb/requestids.py).
+
+- While leading, `IndexWriter` turns released batches into index segments: one covering
+  every batch since the previous segment, written after `index_segment_batches` batches,
+  `index_segment_ids` ids or `index_segment_interval_s`, whichever comes first, and at a
+  graceful stop. Segments only ever cover released batches, which are valid.
+- When a term opens, `read_tail` reads the batches written after the newest segment (a
+  crashed leader's last stretch), the term's first segment covers them, and `load_window`
+  reads the newest segments back until they hold the idempotency window for the sequencer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter
+
+from services.persister.leadership import with_retries
+from weaseldb import batchfile, layout, recovery, requestids
+from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore
+from weaseldb.config import IdempotencyConfig, PersisterConfig
+from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
+from weaseldb.types import NUMBER_TOP
+from weaseldb.validity import GENESIS, Seed, ValidityWalk
+
+log = logging.getLogger("weaseldb.persister")
+
+SEGMENTS = Counter("weaseldb_index_segments_total", "Request-id index segments written")
+SEGMENT_ERRORS = Counter(
+    "weaseldb_index_segment_errors_total", "Request-id index segments that failed to write"
+)
+
+Row = tuple[int, int, int]  # (id hash, version or BANNED, ms)
+#: Batch reads in flight while reading a tail.
+TAIL_PARALLELISM = 64
+
+
+def rows_of(batch: batchfile.Batch) -> list[Row]:
+    rows = [(id_hash(t.request_id), t.version, t.timestamp_ms) for t in batch.transactions]
+    rows += [(id_hash(r), BANNED, batch.created_at_ms) for r in batch.banned]
+    return rows
+
+
+@dataclass
+class Stretch:
+    """Batches not yet in a segment: from `oldest_batch` down to `newest_batch`."""
+
+    oldest_batch: int
+    first_version: int
+    newest_batch: int | None = None
+    last_version: int = 0
+    batches: int = 0
+    rows: list[Row] = field(default_factory=list)
+
+
+async def write_segment(
+    store: BlobStore, config: PersisterConfig, stretch: Stretch, term: int
+) -> None:
+    """Create the segment (a 412 means it exists already: the same batches, the same facts)."""
+    assert stretch.newest_batch is not None
+    data = requestids.encode_segment(
+        make_entries(stretch.rows),
+        newest_batch=stretch.newest_batch,
+        oldest_batch=stretch.oldest_batch,
+        term=term,
+        first_version=stretch.first_version,
+        last_version=stretch.last_version,
+        created_at_ms=int(time.time() * 1000),
+    )
+    key = layout.request_index_key(stretch.newest_batch, stretch.oldest_batch)
+    with contextlib.suppress(AlreadyExists):
+        await with_retries(lambda: store.put_if_absent(key, data), config, key)
+    SEGMENTS.inc()
+
+
+class IndexWriter:
+    """Collects released batches; writes a segment when one is due (one write at a time)."""
+
+    def __init__(
+        self, store: BlobStore, config: PersisterConfig, *, term: int, after: Stretch
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._term = term
+        # `after` is the stretch the term's first segment covered: continue right after it.
+        assert after.newest_batch is not None
+        self.indexed_through = after.last_version
+        self._open = Stretch(after.newest_batch - 1, after.last_version + 1)
+        self._opened_at = time.monotonic()
+        self._writing: asyncio.Task[None] | None = None
+
+    def add(self, batch: batchfile.Batch) -> None:
+        stretch = self._open
+        if stretch.newest_batch is None:
+            self._opened_at = time.monotonic()
+        stretch.newest_batch = batch.batch
+        stretch.last_version = batch.last_version
+        stretch.batches += 1
+        stretch.rows += rows_of(batch)
+        if self._due():
+            self._start_write()
+
+    def _due(self) -> bool:
+        stretch, config = self._open, self._config
+        return stretch.newest_batch is not None and (
+            stretch.batches >= config.index_segment_batches
+            or len(stretch.rows) >= config.index_segment_ids
+            or time.monotonic() - self._opened_at >= config.index_segment_interval_s
+        )
+
+    def tick(self) -> None:
+        """Called now and then, so a quiet stretch is still written within the interval."""
+        if self._due():
+            self._start_write()
+
+    def _start_write(self) -> None:
+        if self._writing is not None and not self._writing.done():
+            return  # the next write picks up everything added meanwhile
+        stretch = self._open
+        assert stretch.newest_batch is not None
+        self._open = Stretch(stretch.newest_batch - 1, stretch.last_version + 1)
+        self._writing = asyncio.create_task(self._write(stretch))
+
+    async def _write(self, stretch: Stretch) -> None:
+        try:
+            await write_segment(self._store, self._config, stretch, self._term)
+        except BlobError as e:
+            SEGMENT_ERRORS.inc()
+            log.warning("request-id index segment not written (will retry): %s", e)
+            self._merge_back(stretch)
+            return
+        self.indexed_through = stretch.last_version
+
+    def _merge_back(self, failed: Stretch) -> None:
+        """Put a stretch that failed to write in front of what was added since."""
+        newer = self._open
+        failed.rows += newer.rows
+        failed.batches += newer.batches
+        if newer.newest_batch is not None:
+            failed.newest_batch, failed.last_version = newer.newest_batch, newer.last_version
+        self._open = failed
+
+    async def flush(self) -> None:
+        """Write whatever is open (a graceful stop), after any write in progress."""
+        if self._writing is not None:
+            await self._writing
+        if self._open.newest_batch is not None:
+            self._start_write()
+            assert self._writing is not None
+            await self._writing
+
+
+# Opening a term
+
+
+async def _seed_after_segments(
+    store: BlobStore, spans: list[requestids.SegmentSpan]
+) -> tuple[Seed, int]:
+    """Where the batches not yet indexed start, and the first version there (0: learn it
+    from the first batch read, for a log that was never indexed)."""
+    if spans:
+        header, _ = await requestids.read_header(store, spans[0].key)
+        return Seed(header.newest_batch, header.term), header.last_version + 1
+    front = await _oldest_number(store)
+    return (GENESIS if front == NUMBER_TOP else Seed(front + 1)), 0
+
+
+async def _oldest_number(store: BlobStore) -> int:
+    """The oldest batch present (pages through LIST: only for a log never indexed)."""
+    oldest, after = NUMBER_TOP, ""
+    while True:
+        keys = await store.list(layout.BATCHES, start_after=after, limit=1000)
+        if keys:
+            oldest = layout.number_of(keys[-1])
+        if len(keys) < 1000:
+            return oldest
+        after = keys[-1]
+
+
+async def read_tail(store: BlobStore, config: PersisterConfig, *, opening: int) -> Stretch:
+    """The valid batches from the newest segment up to (not including) our opening batch,
+    as a stretch the term's first segment will cover."""
+    spans = requestids.cover(await requestids.list_spans(store))
+    seed, first_version = await with_retries(
+        lambda: _seed_after_segments(store, spans), config, "read the index"
+    )
+    numbers = list(range(seed.first_number, opening, -1))
+    batches = await _read_batches(store, config, numbers)
+    stretch = Stretch(seed.first_number, first_version)
+    walk = ValidityWalk(seed)
+    for batch in batches:
+        if stretch.first_version == 0:  # an index-less log: starts where its front does
+            stretch.first_version = batch.first_version
+        if walk.admit(batch.term):
+            stretch.rows += rows_of(batch)
+            stretch.last_version = batch.last_version
+    if stretch.first_version == 0:
+        stretch.first_version = 1
+    return stretch
+
+
+async def _read_batches(
+    store: BlobStore, config: PersisterConfig, numbers: list[int]
+) -> list[batchfile.Batch]:
+    limit = asyncio.Semaphore(TAIL_PARALLELISM)
+
+    async def read(number: int) -> batchfile.Batch:
+        async with limit:
+            return await with_retries(
+                lambda: recovery.read_batch(store, number), config, f"read batch {number}"
+            )
+
+    return list(await asyncio.gather(*(read(n) for n in numbers)))
+
+
+async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: int) -> Entries:
+    """The newest segments' entries, oldest first, until they hold the exact window (the
+    newest `request_id_memory` ids and every id of the last `request_id_window_s`) plus as
+    many ids again for the sequencer's faded set, or `request_id_max` more."""
+    memory = idempotency.request_id_memory
+    cutoff = now_ms - int(idempotency.request_id_window_s * 1000)
+
+    def enough(entries: Entries) -> bool:
+        if len(entries) >= idempotency.request_id_max + memory:
+            return True
+        return len(entries) >= 2 * memory and int(entries["ts_ms"][0]) <= cutoff
+
+    spans = requestids.cover(await requestids.list_spans(store))
+    return await requestids.read_segments(store, spans, enough)

@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 from prometheus_client import Counter
 
 from services.persister.leadership import with_retries
@@ -219,15 +220,17 @@ async def _read_batches(
 
 async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: int) -> Entries:
     """The newest segments' entries, oldest first, until they hold the exact window (the
-    newest `request_id_memory` ids and every id of the last `request_id_window_s`) plus as
-    many ids again for the sequencer's faded set, or `request_id_max` more."""
+    newest `request_id_memory` ids and every id of the last `request_id_window_s`) and then
+    `request_id_memory` ids older than both, for the sequencer's faded set (or until
+    `request_id_max` + `request_id_memory` ids in all)."""
     memory = idempotency.request_id_memory
     cutoff = now_ms - int(idempotency.request_id_window_s * 1000)
 
     def enough(entries: Entries) -> bool:
         if len(entries) >= idempotency.request_id_max + memory:
             return True
-        return len(entries) >= 2 * memory and int(entries["ts_ms"][0]) <= cutoff
+        older = int(np.searchsorted(entries["ts_ms"], cutoff, side="right"))
+        return len(entries) >= 2 * memory and older >= memory
 
     spans = requestids.cover(await requestids.list_spans(store))
     return await requestids.read_segments(store, spans, enough)

@@ -127,3 +127,81 @@ class ProcessSet:
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class ServiceSet:
+    """The four services as separate `weaseldb service` processes with no supervisor, the
+    way a pod runs them: each can be killed and started again on its own."""
+
+    store: str
+    port: int
+    run_dir: Path
+    settings: str = ""  # extra TOML
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    STAGES = ("persister", "resolver", "sequencer", "gateway")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "services.toml"
+
+    def start(self, timeout: float = 60) -> ServiceSet:
+        ports = "\n".join(f"{s} = {self.port + i}" for i, s in enumerate(_PORT_ORDER))
+        self.config_path.write_text(
+            f'store = "{self.store}"\nrun_dir = "{self.run_dir}"\n{self.settings}\n'
+            f"[ports]\n{ports}\n"
+        )
+        for stage in self.STAGES:
+            self.start_stage(stage)
+        self.wait_ready(timeout)
+        return self
+
+    def start_stage(self, stage: str) -> None:
+        log = open(self.run_dir / f"{stage}.log", "ab")  # noqa: SIM115 - closed with it
+        self.processes[stage] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "weaseldb.cli",
+                "service",
+                stage,
+                "--config",
+                str(self.config_path),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill_stage(self, stage: str) -> None:
+        process = self.processes[stage]
+        _kill(process.pid)
+        process.wait(10)
+
+    def wait_ready(self, timeout: float) -> None:
+        def ready() -> bool:
+            for stage, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{stage} exited {process.returncode}:\n{self.log(stage)}")
+            return http_ok(f"{self.url}/readyz")
+
+        try:
+            wait_for(ready, timeout, "readiness")
+        except AssertionError:
+            raise TimeoutError(f"not ready after {timeout}s:\n{self.log('persister')}") from None
+
+    def log(self, stage: str) -> str:
+        path = self.run_dir / f"{stage}.log"
+        return path.read_text(errors="replace")[-5000:] if path.exists() else ""
+
+    def kill(self) -> None:
+        for stage in list(self.processes):
+            self.kill_stage(stage)
+
+
+_PORT_ORDER = ("gateway", "sequencer", "resolver", "persister")

@@ -1,0 +1,316 @@
+"""A history checker in the spirit of Jepsen/Elle, for WeaselDB's commit API.
+
+`Workload` runs concurrent clients over a small key space: each reads the current version,
+then commits one to three operations (writes, deletes, range deletes) guarded by point and
+range preconditions at that version, and records what it was told. After faults, the test
+retries the commits whose outcome it does not know (and some it does), reads the whole log
+back through `/v1/subscribe?after=0`, and `check` looks for:
+- **lost**: a commit acknowledged `committed` at v that is not in the log at v;
+- **doubled**: a request id in the log twice;
+- **phantom**: a commit the server said it did not apply (`not_committed`, `not_leader`)
+  that is in the log anyway;
+- **changed**: a retry of an acknowledged commit answered with another outcome or version;
+- **gaps**: versions not strictly increasing, or `prev_version` not chaining;
+- **non-serializable**: a logged transaction whose precondition fails against the log
+  replayed in version order (something touched its range between its read version and it);
+- **false conflict**: a commit rejected with `conflict` although nothing in the log touched
+  that range after its read version, up to the version it was answered with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import httpx
+
+from tests.support.sse import parse
+
+KEYS = [b"k%d" % i for i in range(8)]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+Range = tuple[bytes, bytes]
+
+
+def touched(operation: dict[str, str]) -> Range:
+    """The key range a logged or requested operation touches."""
+    if operation["type"] == "range_delete":
+        return _unb64(operation["begin"]), _unb64(operation["end"])
+    key = _unb64(operation["key"])
+    return key, key + b"\x00"
+
+
+def read_range(precondition: dict[str, Any]) -> Range:
+    if precondition["type"] == "point_read":
+        key = _unb64(precondition["key"])
+        return key, key + b"\x00"
+    return _unb64(precondition["begin"]), _unb64(precondition["end"])
+
+
+def overlaps(a: Range, b: Range) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+@dataclass
+class Attempt:
+    """One commit request and what the server answered."""
+
+    body: dict[str, Any]
+    outcome: str = "pending"  # committed | not_committed | not_leader | unknown
+    version: int = 0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def request_id(self) -> str:
+        return str(self.body["request_id"])
+
+
+def classify(response: httpx.Response | None, attempt: Attempt) -> Attempt:
+    """Record an answer. A connection error or timeout leaves the outcome unknown."""
+    if response is None:
+        attempt.outcome = "unknown"
+        return attempt
+    body = response.json()
+    if response.status_code == 200:
+        attempt.outcome = str(body["status"])
+        attempt.version = int(body["version"])
+        attempt.conflicts = list(body.get("conflicts", []))
+        attempt.reason = str(body.get("reason", ""))
+    elif response.status_code == 503 and body["error"] == "commit_unknown":
+        attempt.outcome = "unknown"
+    elif response.status_code == 503 and body["error"] == "not_leader":
+        attempt.outcome = "not_leader"
+    else:
+        raise AssertionError(f"unexpected answer {response.status_code}: {response.text}")
+    return attempt
+
+
+def random_body(rng: random.Random, read_version: int) -> dict[str, Any]:
+    def key() -> bytes:
+        return rng.choice(KEYS)
+
+    def key_range() -> Range:
+        a, b = sorted(rng.sample(KEYS, 2))
+        return a, b
+
+    preconditions: list[dict[str, Any]] = []
+    for _ in range(rng.randint(1, 2)):
+        if rng.random() < 0.7:
+            preconditions.append({"type": "point_read", "key": _b64(key())})
+        else:
+            begin, end = key_range()
+            preconditions.append({"type": "range_read", "begin": _b64(begin), "end": _b64(end)})
+    operations: list[dict[str, Any]] = []
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.7:
+            value = _b64(uuid.uuid4().bytes)
+            operations.append({"type": "write", "key": _b64(key()), "value": value})
+        elif roll < 0.9:
+            operations.append({"type": "delete", "key": _b64(key())})
+        else:
+            begin, end = key_range()
+            operations.append({"type": "range_delete", "begin": _b64(begin), "end": _b64(end)})
+    return {
+        "request_id": f"hist-{uuid.uuid4().hex}",
+        "read_version": read_version,
+        "preconditions": preconditions,
+        "operations": operations,
+    }
+
+
+@dataclass
+class Workload:
+    url: str
+    clients: int = 12
+    seed: int = 7
+    attempts: list[Attempt] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Workload:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(60)
+
+    def count(self, outcome: str) -> int:
+        return sum(a.outcome == outcome for a in self.attempts)
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(base_url=self.url, timeout=20) as client:
+            await asyncio.gather(*(self._client(client, c) for c in range(self.clients)))
+
+    async def _client(self, client: httpx.AsyncClient, number: int) -> None:
+        rng = random.Random(self.seed * 1000 + number)
+        while not self._stop.is_set():
+            try:
+                version = (await client.get("/v1/version")).json()["version"]
+            except (httpx.HTTPError, KeyError, ValueError):
+                await asyncio.sleep(0.05)  # down, or not leading: nothing was sent
+                continue
+            attempt = Attempt(random_body(rng, int(version)))
+            self.attempts.append(attempt)
+            try:
+                response: httpx.Response | None = await client.post("/v1/commit", json=attempt.body)
+            except httpx.HTTPError:
+                response = None
+            classify(response, attempt)
+            if attempt.outcome in ("unknown", "not_leader"):
+                await asyncio.sleep(0.05)
+
+
+def retry(url: str, attempt: Attempt, *, timeout: float = 60) -> Attempt:
+    """Send the same commit again (same request id and body) until the set answers."""
+    with httpx.Client(base_url=url, timeout=20) as client:
+        for _ in range(int(timeout / 0.2)):
+            try:
+                again = classify(
+                    client.post("/v1/commit", json=attempt.body), Attempt(attempt.body)
+                )
+            except httpx.HTTPError:
+                again = Attempt(attempt.body, outcome="unknown")
+            if again.outcome != "not_leader":
+                return again
+            threading.Event().wait(0.2)
+    raise AssertionError(f"no leader answered a retry of {attempt.request_id}")
+
+
+@dataclass(frozen=True)
+class Logged:
+    version: int
+    prev_version: int
+    request_id: str
+    touches: list[Range]
+
+
+def read_log(url: str, *, timeout: float = 60) -> list[Logged]:
+    """Every transaction from version 1 on, through the change stream, up to the version
+    the set reports committed when the read starts."""
+    with httpx.Client(timeout=timeout) as client:
+        target = int(client.get(f"{url}/v1/version").json()["version"])
+        log: list[Logged] = []
+        with client.stream("GET", f"{url}/v1/subscribe", params={"after": "0"}) as response:
+            assert response.status_code == 200, response.read()
+            for item in parse(response.iter_lines()):
+                if isinstance(item, str):
+                    continue
+                if item.event == "transaction":
+                    data = item.data
+                    log.append(
+                        Logged(
+                            int(data["version"]),
+                            int(data["prev_version"]),
+                            str(data["request_id"]),
+                            [touched(op) for op in data["operations"]],
+                        )
+                    )
+                if item.event == "checkpoint" and int(item.data["committed_version"]) >= target:
+                    return log
+    raise AssertionError("the change stream ended before reaching the committed version")
+
+
+def check(log: list[Logged], attempts: list[Attempt], retries: list[Attempt]) -> list[str]:
+    """Every anomaly found (empty: the history is fine)."""
+    return [
+        *_check_order(log),
+        *_check_outcomes(log, attempts, retries),
+        *_check_serializable(log, attempts),
+    ]
+
+
+def _check_order(log: list[Logged]) -> Iterator[str]:
+    for previous, current in pairwise(log):
+        if current.version <= previous.version:
+            yield f"gap: version {current.version} after {previous.version}"
+        if current.prev_version != previous.version:
+            yield (
+                f"gap: {current.version} says prev {current.prev_version}, "
+                f"the log has {previous.version}"
+            )
+
+
+def _check_outcomes(
+    log: list[Logged], attempts: list[Attempt], retries: list[Attempt]
+) -> Iterator[str]:
+    at: dict[str, list[int]] = {}
+    for entry in log:
+        at.setdefault(entry.request_id, []).append(entry.version)
+    for request_id, versions in at.items():
+        if len(versions) > 1:
+            yield f"doubled: {request_id} at versions {versions}"
+    for attempt in attempts:
+        found = at.get(attempt.request_id, [])
+        if attempt.outcome == "committed" and found != [attempt.version]:
+            yield f"lost: {attempt.request_id} acknowledged at {attempt.version}, log has {found}"
+        if attempt.outcome in ("not_committed", "not_leader") and found:
+            yield f"phantom: {attempt.request_id} answered {attempt.outcome}, log has {found}"
+    originals = {a.request_id: a for a in attempts}
+    for again in retries:
+        original = originals[again.request_id]
+        found = at.get(again.request_id, [])
+        if original.outcome == "committed" and (again.outcome, again.version) != (
+            "committed",
+            original.version,
+        ):
+            yield f"changed: retry of {again.request_id} answered {again.outcome} {again.version}"
+        if again.outcome == "committed" and found != [again.version]:
+            yield f"lost: retry of {again.request_id} committed at {again.version}, log {found}"
+        if again.outcome == "not_committed" and found:
+            yield f"phantom: retry of {again.request_id} not_committed, log has {found}"
+
+
+def _touching(log: list[Logged], span: Range, after: int, upto: int) -> list[int]:
+    """Versions in (after, upto] of logged transactions that touch `span`."""
+    return [
+        e.version
+        for e in log
+        if after < e.version <= upto and any(overlaps(t, span) for t in e.touches)
+    ]
+
+
+def _check_serializable(log: list[Logged], attempts: list[Attempt]) -> Iterator[str]:
+    bodies = {a.request_id: a.body for a in attempts}
+    for entry in log:
+        body = bodies.get(entry.request_id)
+        if body is None:
+            continue  # not ours (e.g. written by another test client)
+        for pre in body["preconditions"]:
+            read_at = int(pre.get("version", body["read_version"]))
+            clash = _touching(log, read_range(pre), read_at, entry.version - 1)
+            if clash:
+                yield (
+                    f"non-serializable: {entry.request_id} at {entry.version} read at "
+                    f"{read_at}, but {clash} touched its range"
+                )
+    for attempt in attempts:
+        for conflict in attempt.conflicts:
+            if conflict["reason"] != "conflict":
+                continue
+            pre = attempt.body["preconditions"][conflict["index"]]
+            read_at = int(pre.get("version", attempt.body["read_version"]))
+            if not _touching(log, read_range(pre), read_at, attempt.version):
+                yield (
+                    f"false conflict: {attempt.request_id} (read at {read_at}) rejected, but "
+                    f"nothing touched its range up to {attempt.version}"
+                )

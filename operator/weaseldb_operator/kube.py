@@ -8,6 +8,7 @@ in a cluster, the current kubeconfig context outside one.
 
 from __future__ import annotations
 
+import json
 import ssl
 import tempfile
 from pathlib import Path
@@ -108,7 +109,14 @@ class Kube:
         async with self._client().request(
             method, self.server + path, json=body, params=params, headers=headers
         ) as response:
-            payload: dict[str, Any] = await response.json(content_type=None)
+            text = await response.text()
+            try:
+                payload = json.loads(text)
+            except ValueError:
+                # A proxy or load balancer in the way answers HTML or plain text.
+                raise KubeError(response.status, f"not a JSON answer: {text[:200]!r}") from None
+            if not isinstance(payload, dict):
+                raise KubeError(response.status, f"not a JSON object: {text[:200]!r}")
             if response.status >= 400:
                 raise KubeError(response.status, str(payload.get("message", payload)))
             return payload

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import aiohttp
+from prometheus_client import Counter
 
 from weaseldb.blobstore import BlobError
 from weaseldb_operator import conditions
@@ -24,9 +25,13 @@ from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, decide
 from weaseldb_operator.resources import ROLE_LABEL, selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
-from weaseldb_operator.storage import Stores, newest_claim
+from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
 
 log = logging.getLogger("weaseldb.operator.observer")
+OBSERVE_ERRORS = Counter(
+    "weaseldb_operator_observe_errors_total",
+    "Leadership observations that failed unexpectedly (logged, retried next round)",
+)
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
 
@@ -78,7 +83,13 @@ class Observer:
         self._http = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
         try:
             while True:
-                await self.observe_all()
+                try:
+                    await self.observe_all()
+                except Exception:
+                    # Whatever it was, the loop must outlive it: leadership of every
+                    # database depends on it.
+                    OBSERVE_ERRORS.inc()
+                    log.exception("leadership observation failed; retrying")
                 await asyncio.sleep(self._interval)
         finally:
             await self._http.close()
@@ -97,6 +108,9 @@ class Observer:
                 await self.observe(body)
             except (KubeError, aiohttp.ClientError, TimeoutError) as e:
                 log.warning("%s: observation failed: %s", body["metadata"]["name"], e)
+            except Exception:
+                OBSERVE_ERRORS.inc()  # one database's surprise must not stop the others
+                log.exception("%s: observation failed", body["metadata"]["name"])
 
     async def observe(self, body: dict[str, Any]) -> None:
         try:
@@ -105,7 +119,7 @@ class Observer:
             return  # the reconciler reported it (InvalidSpec)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
-        except (BlobError, OSError) as e:
+        except (BlobError, OSError, UnreadableClaim) as e:
             await self._write_status(db, body, None, [*_unreachable(db, e)], None)
             return
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))

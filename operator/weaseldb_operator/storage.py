@@ -17,6 +17,10 @@ from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage
 
 
+class UnreadableClaim(Exception):
+    """A term claim whose body is not the JSON the persister writes."""
+
+
 class Stores:
     """One open store per store URL, kept between observations."""
 
@@ -41,10 +45,13 @@ async def newest_claim(store: BlobStore) -> Claim | None:
         return None
     key = layout.term_key(number)
     try:
-        document = orjson.loads(await store.get(key))
+        body = await store.get(key)
     except NotFound:
         return None  # deleted between LIST and GET (a purge); nobody leads
-    return Claim.parse(key, document)
+    try:
+        return Claim.parse(key, orjson.loads(body))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UnreadableClaim(f"{key}: {type(e).__name__}: {e}") from e
 
 
 async def purge(store: BlobStore, *, parallel: int = 16) -> int:

@@ -24,6 +24,7 @@ from weaseldb.protocol import AcceptedEvents, DurableEvents, EventTransaction
 
 CLOSED_SLOW = "slow_consumer"
 CLOSED_LEADER = "leader_changed"
+CLOSED_GAP = "events_dropped"
 ENDED = "ended"
 
 
@@ -152,6 +153,13 @@ class Hub:
     def on_accepted(self, message: AcceptedEvents) -> None:
         if self.term and message.term != self.term:
             return  # a stale round of another term
+        if message.transactions and message.prev_version > self.accepted_seen:
+            # The resolver dropped rounds nobody could take in time: these streams would
+            # skip transactions, so they end; their clients resume after a checkpoint.
+            for sub in list(self._accepted):
+                sub.close(CLOSED_GAP, flush=True)
+            self._accepted.clear()
+            self.accepted_seen = message.prev_version
         items = self._render(message.prev_version, message.transactions, self.accepted_seen)
         self.accepted_through = max(self.accepted_through, message.resolved_through)
         if items:

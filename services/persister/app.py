@@ -35,11 +35,11 @@ from services.persister.leadership import (
 )
 from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
-from weaseldb import recovery, requestids, tracing
+from services.persister.watch import watch_terms
+from weaseldb import requestids, tracing
 from weaseldb.blobstore import BlobStore
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
-from weaseldb.layout import is_newer_term
 from weaseldb.protocol import (
     CommitEntry,
     CommitState,
@@ -76,9 +76,6 @@ STORE_REQUESTS = Counter(
 )
 RING_RESETS = Counter(
     "weaseldb_ring_resets_total", "New terms opened because a stage restarted", ["stage"]
-)
-TERM_WATCH_ERRORS = Counter(
-    "weaseldb_term_watch_errors_total", "Term watch rounds that failed (and were retried)"
 )
 
 #: How long a first term waits for the sequencer's and resolver's Hello before announcing.
@@ -276,7 +273,17 @@ class PersisterStage:
         if first:
             await self._wait_for_ring_stages()
         self._announce(term)
-        watcher = asyncio.create_task(self._watch_terms(engine, term))
+        watcher = asyncio.create_task(
+            watch_terms(
+                self._store,
+                term.term,
+                interval_s=self._config.persister.term_watch_interval_s,
+                on_newer=lambda newest: engine.depose(
+                    f"term {newest} was claimed after ours ({term.term})"
+                ),
+                leading=lambda: engine.failure is None,
+            )
+        )
         ticker = asyncio.create_task(self._tick_index())
         waits = {
             "reset": asyncio.create_task(self._reset.wait()),
@@ -399,20 +406,6 @@ class PersisterStage:
                 Answers.not_leader(entry, "sequenced in a term that has ended")
             )
         self._flush_outgoing()
-
-    async def _watch_terms(self, engine: Engine, term: OpenedTerm) -> None:
-        """Stop promptly once a newer term is claimed, even while idle. Any failure to look
-        is logged, counted and retried: the write path decides about the store itself."""
-        while engine.failure is None:
-            await asyncio.sleep(self._config.persister.term_watch_interval_s)
-            try:
-                newest = await recovery.newest_claim(self._store)
-            except Exception as e:
-                TERM_WATCH_ERRORS.inc()
-                log.warning("term watch failed (will retry): %r", e)
-                continue
-            if newest is not None and is_newer_term(newest, term.term):
-                engine.depose(f"term {newest} was claimed after ours ({term.term})")
 
     async def _tick_index(self) -> None:
         while True:

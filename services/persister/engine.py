@@ -43,6 +43,10 @@ from weaseldb.types import Deposed, WeaselError
 log = logging.getLogger("weaseldb.persister")
 
 ReleaseHandler = Callable[[list[Slot]], None]
+#: Unreleased slots (batches and answer-only rounds) kept behind the oldest batch not yet
+#: durable before the engine stops taking input: rejected commits and status lookups keep
+#: arriving while a batch is stuck in retries, and their answers must wait for it.
+MAX_UNRELEASED_SLOTS = 10_000
 #: (entries whose batch PUT had started, entries certainly not written, the error)
 FailHandler = Callable[[list[RingEntry], list[RingEntry], BaseException], None]
 
@@ -128,8 +132,23 @@ class Engine:
         self._maybe_flush()
 
     async def wait_for_capacity(self) -> None:
-        """Block the caller while the window is full and a closed batch waits for a number."""
+        """Block the caller while the window is full and a closed batch waits for a number,
+        or while too many answers wait behind the oldest batch not yet durable."""
         await self._capacity.wait()
+
+    @property
+    def unreleased(self) -> int:
+        return len(self._release)
+
+    def _update_capacity(self) -> None:
+        waiting_for_number = self._due and bool(self._pending or self._bans)
+        full = (waiting_for_number and not self._window_open()) or len(
+            self._release
+        ) >= MAX_UNRELEASED_SLOTS
+        if full and self.failure is None:
+            self._capacity.clear()
+        else:
+            self._capacity.set()
 
     async def drain(self) -> None:
         """Send whatever is open and wait until every batch is released (or failed)."""
@@ -153,10 +172,10 @@ class Engine:
                 self._flush()
             else:
                 self._due = True
-                self._capacity.clear()
         elif self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._config.batch_timeout_ms / 1000, self._on_timer)
+        self._update_capacity()
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -238,10 +257,9 @@ class Engine:
         released = self._release.mark_durable(slot)
         if released:
             self._on_release(released)
-        if self._window_open():
-            self._capacity.set()
         if self._riders:
             self._maybe_flush()
+        self._update_capacity()
         if not len(self._release) and not self._riders:
             self._idle.set()
 

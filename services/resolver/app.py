@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 
 from fastapi import FastAPI
+from prometheus_client import Counter
 
 from services.resolver.logic import Resolver, Window
 from weaseldb.config import Config
@@ -28,14 +29,25 @@ from weaseldb.relay import RelayStage
 from weaseldb.ring import Endpoints, Outbox, Ring
 from weaseldb.service import Health, HttpServer, stage_app
 
+#: Unsent accepted-event frames kept before the backlog is dropped.
+ACCEPTED_BACKLOG_BYTES = 16 * 1024 * 1024
+DROPPED = Counter(
+    "weaseldb_resolver_accepted_dropped_total",
+    "Accepted-event frames dropped because a gateway worker did not keep up",
+)
+
 
 class AcceptedPublisher:
     """Collects accepted transactions per ring batch; one task sends them, so publishing
-    never delays forwarding to the persister."""
+    never delays forwarding to the persister. The backlog is bounded: when gateway workers
+    do not keep up, it is dropped, and the next frame's `prev_version` shows the gap, so
+    workers close their durable=false streams (those clients resume after a checkpoint)."""
 
-    def __init__(self, outboxes: list[Outbox]) -> None:
+    def __init__(self, outboxes: list[Outbox], limit_bytes: int = ACCEPTED_BACKLOG_BYTES) -> None:
         self._outboxes = outboxes
+        self._limit = limit_bytes
         self._frames: list[bytes] = []
+        self.backlog_bytes = 0
         self._ready = asyncio.Event()
         self._term = 0
         self._prev = 0  # newest accepted version published
@@ -63,7 +75,12 @@ class AcceptedPublisher:
 
     def _emit(self, transactions: list[EventTransaction], prev: int) -> None:
         message = AcceptedEvents(self._term, prev, self._through, transactions)
-        self._frames.append(encode_batch(list[GatewayMessage]([message])))
+        frame = encode_batch(list[GatewayMessage]([message]))
+        if self.backlog_bytes + len(frame) > self._limit:
+            DROPPED.inc(len(self._frames))
+            self._frames, self.backlog_bytes = [], 0
+        self._frames.append(frame)
+        self.backlog_bytes += len(frame)
         if transactions:
             self._prev = transactions[-1].version
         self._ready.set()
@@ -72,7 +89,7 @@ class AcceptedPublisher:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            frames, self._frames = self._frames, []
+            frames, self._frames, self.backlog_bytes = self._frames, [], 0
             for frame in frames:
                 for outbox in self._outboxes:
                     await outbox.send(frame)

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from prometheus_client import REGISTRY
+
 from services.persister.engine import Engine
 from services.persister.leadership import (
     Claim,
@@ -16,10 +18,11 @@ from services.persister.leadership import (
     open_term,
 )
 from services.persister.release import Slot
+from services.persister.watch import watch_terms
 from tests.support.faults import FaultyStore, fail_times
 from weaseldb import batchfile, history, layout, recovery
 from weaseldb.batchfile import BatchKind
-from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore import BlobStore, TransientError
 from weaseldb.blobstore.memory import MemoryStore
 from weaseldb.config import PersisterConfig
 from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
@@ -362,3 +365,40 @@ def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_lis
 
     assert run(new_leader()) == [1, 2, 3]
     assert counting.calls.count(("list", layout.BATCHES)) == 1
+
+
+def test_the_term_watch_survives_every_failure_to_look_and_still_deposes() -> None:
+    """OSError from the store, a transient error and a stray key under terms/ are each
+    logged, counted and retried; a newer claim afterwards still deposes the leader."""
+    inner = MemoryStore()
+    failures = [OSError("disk gone"), TransientError("503")]
+
+    async def flaky(op: str, key: str) -> None:
+        if op == "list" and failures:
+            raise failures.pop(0)
+
+    async def scenario() -> tuple[list[int], float]:
+        await inner.put_if_absent(layout.term_key(TOP), b"{}")
+        newer: list[int] = []
+        errors_before = REGISTRY.get_sample_value("weaseldb_term_watch_errors_total") or 0.0
+        watch = asyncio.create_task(
+            watch_terms(
+                FaultyStore(inner, flaky),
+                TOP,
+                interval_s=0.001,
+                on_newer=newer.append,
+                leading=lambda: not newer,
+            )
+        )
+        await asyncio.sleep(0.05)
+        await inner.put_if_absent("terms/0-stray", b"")  # listed first: not a term number
+        await asyncio.sleep(0.05)
+        await inner.delete("terms/0-stray")
+        await inner.put_if_absent(layout.term_key(TOP - 1), b"{}")
+        await asyncio.wait_for(watch, 5)
+        errors = REGISTRY.get_sample_value("weaseldb_term_watch_errors_total") or 0.0
+        return newer, errors - errors_before
+
+    newer, errors = run(scenario())
+    assert newer == [TOP - 1]
+    assert errors >= 3  # the two injected failures, then the stray key at every round

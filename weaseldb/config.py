@@ -86,6 +86,10 @@ class GatewayConfig(_Section):
     """Most operations plus preconditions in one commit."""
     commit_timeout_s: float = Field(30.0, gt=0)
     """A commit not answered by the pipeline in this time gets 503 commit_unknown."""
+    leader_silence_s: float = Field(5.0, gt=0)
+    """The persister speaks to every gateway worker at least once a second; a worker that
+    hears nothing for this long stops taking commits (503 not_leader, /readyz not ready)
+    until it does again, and answers what was waiting commit_unknown."""
     max_waiting_requests: int = Field(10_000, ge=1)
     """Commits and status lookups one gateway worker lets wait for the pipeline; more are
     refused at once with 503 not_leader (reason ``overloaded``: nothing was applied)."""

@@ -25,6 +25,7 @@ from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.requests import CommitRequest, Limits, parse_commit
 from weaseldb import tracing
 from weaseldb.blobstore import open_store
+from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
 from weaseldb.protocol import CommitEntry, CommitReply, ReplyStatus
 from weaseldb.ring import Endpoints, Ring
@@ -42,6 +43,11 @@ LATENCY = Histogram(
 )
 JSON = "application/json"
 COMMIT_PATH = "/v1/commit"
+STORE_REQUESTS = Counter(
+    "weaseldb_gateway_store_requests_total",
+    "Object-store requests of this gateway worker by operation and key area",
+    ["op", "area"],
+)
 
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:
@@ -78,8 +84,12 @@ class GatewayStage:
             VersionCell(Path(config.run_dir) / "committed.version"),
             timeout_s=config.gateway.commit_timeout_s,
             max_waiting=config.gateway.max_waiting_requests,
+            leader_silence_s=config.gateway.leader_silence_s,
         )
-        self.store = open_store(config.store, pool_size=config.gateway.store_pool_size)
+        self.store = MeteredStore(
+            open_store(config.store, pool_size=config.gateway.store_pool_size),
+            lambda op, area: STORE_REQUESTS.labels(op, area).inc(),
+        )
         self.api = ClientApi(config, self.client, self.store)
         self._signalled = asyncio.Event()
 

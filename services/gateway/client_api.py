@@ -114,7 +114,9 @@ class ClientApi:
             )
         decision = status_logic.decide(reply, min_version)
         if isinstance(decision, status_logic.ReadStore):
-            decision = await self._index.search(request_id, decision.low, decision.high)
+            decision = await self._index.search(
+                request_id, decision.low, decision.high, upward=min_version > 0
+            )
         STATUS.labels(decision.status.value, decision.source).inc()
         body: dict[str, Any] = {"request_id": request_id, "status": decision.status.value}
         if decision.status == Outcome.COMMITTED:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from weaseldb.protocol import (
+    AcceptedEvents,
     CommitReply,
     Hello,
     LeaderLost,
@@ -54,6 +55,7 @@ class Leadership:
     term: int = 0
     leading: bool = False
     reason: str = "waiting for the persister to announce a term"
+    silent: bool = False  # lost because the persister stopped talking, not by its word
 
 
 class PipelineClient:
@@ -66,10 +68,13 @@ class PipelineClient:
         *,
         timeout_s: float,
         max_waiting: int = 10_000,
+        leader_silence_s: float = 5.0,
     ) -> None:
         self.worker = worker
         self._timeout_s = timeout_s
         self._max_waiting = max_waiting
+        self._silence_s = leader_silence_s
+        self._heard_at = 0.0  # loop time of the persister's last message
         # (deadline, ticket) in submission order; one sweeper expires them, which is cheaper
         # than a timer per request.
         self._deadlines: deque[tuple[float, int]] = deque()
@@ -121,6 +126,8 @@ class PipelineClient:
         while True:
             await asyncio.sleep(min(1.0, self._timeout_s))
             now = loop.time()
+            if self.leadership.leading and now - self._heard_at > self._silence_s:
+                self._silent(f"no word from the persister for {self._silence_s:.0f} s")
             while self._deadlines and self._deadlines[0][0] <= now:
                 _, ticket = self._deadlines.popleft()
                 future = self._waiting.pop(ticket, None)
@@ -155,8 +162,13 @@ class PipelineClient:
             return
         if self.observer is not None:
             self.observer(message)
+        if not isinstance(message, AcceptedEvents):  # everything else comes from the persister
+            self._heard_at = asyncio.get_running_loop().time()
         if isinstance(message, Progress):
-            self.leadership.leader_id, self.leadership.term = message.leader_id, message.term
+            lead = self.leadership
+            if not lead.leading and lead.silent and message.term == lead.term:
+                lead.leading, lead.silent, lead.reason = True, False, "leading"
+            lead.leader_id, lead.term = message.leader_id, message.term
         elif isinstance(message, TermStart):
             self._start_term(message)
         elif isinstance(message, TermJoined):
@@ -166,6 +178,15 @@ class PipelineClient:
         elif isinstance(message, Shutdown):
             self._lose("shut down")
             self.stopped.set()
+
+    def _silent(self, reason: str) -> None:
+        """The persister went quiet (dead or stuck): stop taking commits until it speaks
+        again; what waits may or may not have been applied."""
+        log.warning("%s: not taking commits", reason)
+        if self.observer is not None:
+            self.observer(LeaderLost(reason))
+        self._lose(reason)
+        self.leadership.silent = True
 
     def _start_term(self, term: TermStart) -> None:
         self.leadership = Leadership(term.leader_id, term.term, True, "leading")

@@ -2,8 +2,9 @@
 
 Cost per lookup: one LIST of ``requestids/`` (a page per 1000 segments) and, for each
 segment whose versions overlap the range searched, one ranged read of the id's bucket
-(about 4 KiB), newest segment first, stopping at the first hit. Segment headers are read
-once per worker and cached: segments never change. No batch is read.
+(about 4 KiB), stopping at the first hit: upwards from `min_version` when the client gives
+one (its commit is just above it), else newest first. Segment headers are read once per
+worker and cached: segments never change. No batch is read.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ class IndexSearch:
         self._store = store
         self._headers: OrderedDict[str, tuple[SegmentHeader, int]] = OrderedDict()
 
-    async def search(self, request_id: str, low: int, high: int) -> status_logic.Answer:
+    async def search(
+        self, request_id: str, low: int, high: int, *, upward: bool
+    ) -> status_logic.Answer:
+        """`upward`: the client bounded the search with a min_version (see the module)."""
         spans = requestids.cover(await requestids.list_spans(self._store))
         index_start = await self._index_start(spans)
         hash_ = requestids.id_hash(request_id)
-        for span in spans:
+        # A client that passes min_version passes the version it read before sending the
+        # commit, which then sits just above it: search up from there. Without one, the
+        # likeliest case is a recent commit: search down from the newest.
+        for span in reversed(spans) if upward else spans:
             try:
                 header, body = await self._header(span)
                 if header.last_version < low or header.first_version > high:

@@ -83,6 +83,8 @@ RING_ASSEMBLY_S = 2.0
 #: Frames a gateway worker may have waiting before the persister stops reading the ring.
 WORKER_BACKLOG_BYTES = 64 * 1024 * 1024
 RESET = -1
+#: How often an idle persister tells the gateway workers it is alive.
+HEARTBEAT_S = 1.0
 
 
 def new_leader_id(pod_name: str) -> str:
@@ -284,7 +286,7 @@ class PersisterStage:
                 leading=lambda: engine.failure is None,
             )
         )
-        ticker = asyncio.create_task(self._tick_index())
+        ticker = asyncio.create_task(self._tick())
         waits = {
             "reset": asyncio.create_task(self._reset.wait()),
             "shutdown": asyncio.create_task(self._shutdown.wait()),
@@ -407,11 +409,15 @@ class PersisterStage:
             )
         self._flush_outgoing()
 
-    async def _tick_index(self) -> None:
+    async def _tick(self) -> None:
+        """Once a second: a quiet stretch still gets its index segment, and every gateway
+        worker hears from us (a Progress), so a worker that hears nothing for a while knows
+        this persister is gone and stops taking commits (gateway.leader_silence_s)."""
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(HEARTBEAT_S)
             if self._index is not None:
                 self._index.tick()
+            self._flush_outgoing()
 
     # Answers
 

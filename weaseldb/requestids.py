@@ -95,6 +95,7 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     bucket_bits: int
     offsets: bytes  # uint32 entry index where each bucket starts, plus the end
     checksums: bytes  # uint64 xxh64 of each bucket's bytes
+    level: int = 0  # 0: written from released batches; n + 1: merged from level-n segments
 
     @property
     def key(self) -> str:
@@ -140,6 +141,7 @@ def encode_segment(
     first_version: int,
     last_version: int,
     created_at_ms: int,
+    level: int = 0,
 ) -> bytes:
     rows = _by_hash(entries)
     bits = _bucket_bits(len(rows))
@@ -163,6 +165,7 @@ def encode_segment(
             bucket_bits=bits,
             offsets=offsets.tobytes(),
             checksums=checksums.tobytes(),
+            level=level,
         )
     )
     prefix = _PREFIX.pack(_MAGIC, _FORMAT, len(header), xxhash.xxh64_intdigest(header))
@@ -272,33 +275,73 @@ def cover(spans: Sequence[SegmentSpan]) -> list[SegmentSpan]:
     return chosen
 
 
-async def read_segments(
-    store: BlobStore,
-    spans: Sequence[SegmentSpan],
-    enough: Callable[[Entries], bool],
-    *,
-    parallel: int = 4,
+async def read_recent(
+    store: BlobStore, enough: Callable[[Entries], bool], *, parallel: int = 4
 ) -> Entries:
     """Read whole segments newest first, `parallel` at a time, until `enough` of the entries
-    read so far (oldest first) says so."""
+    read so far (oldest first) says so. A segment gone between LIST and GET was merged (the
+    merged one exists by then) or garbage-collected: list again and start over."""
+    for _ in range(3):
+        spans = cover(await list_spans(store))
+        try:
+            return await _read_newest_first(store, spans, enough, parallel)
+        except NotFound:
+            continue
+    raise NotFound("request-id segments kept vanishing while being read")
+
+
+async def _read_newest_first(
+    store: BlobStore, spans: Sequence[SegmentSpan], enough: Callable[[Entries], bool], parallel: int
+) -> Entries:
     loaded: list[Entries] = []
+    combined: Entries = np.zeros(0, ENTRY)
     for start in range(0, len(spans), parallel):
         group = spans[start : start + parallel]
-        blobs = await asyncio.gather(*(_get_or_none(store, s.key) for s in group))
-        for span, blob in zip(group, blobs, strict=True):
-            if blob is not None:  # garbage-collected meanwhile: older than anything needed
-                loaded.append(decode_segment(blob, key=span.key)[1])
-        combined = oldest_first(np.concatenate(loaded)) if loaded else np.zeros(0, ENTRY)
+        blobs = await asyncio.gather(*(store.get(s.key) for s in group))
+        loaded += [decode_segment(blob, key=s.key)[1] for s, blob in zip(group, blobs, strict=True)]
+        combined = oldest_first(np.concatenate(loaded))
         if enough(combined):
-            return combined
-    return oldest_first(np.concatenate(loaded)) if loaded else np.zeros(0, ENTRY)
+            break
+    return combined
 
 
-async def _get_or_none(store: BlobStore, key: str) -> bytes | None:
-    try:
-        return await store.get(key)
-    except NotFound:
-        return None
+# Merging: fewer, bigger segments (tiered, like an LSM tree)
+
+#: Segments of one level merged into one of the next.
+MERGE_FAN_IN = 8
+#: No merge produces a segment above this level: a level-2 merge reads 8 level-1 segments
+#: (8 x 8 level-0 ones), which bounds what the leader holds in memory for it.
+MAX_MERGE_LEVEL = 2
+
+
+def plan_merge(headers: Sequence[SegmentHeader]) -> list[SegmentHeader] | None:
+    """The oldest run of MERGE_FAN_IN adjacent segments of one level below the top, from
+    `headers` in cover order (newest first), oldest first; None when there is none."""
+    run: list[SegmentHeader] = []
+    for header in reversed(headers):  # oldest first
+        adjacent = run and run[-1].newest_batch - 1 == header.oldest_batch
+        if run and adjacent and header.level == run[-1].level:
+            run.append(header)
+        else:
+            run = [header]
+        if len(run) == MERGE_FAN_IN and run[0].level < MAX_MERGE_LEVEL:
+            return run
+    return None
+
+
+def merge(parts: Sequence[tuple[SegmentHeader, Entries]], created_at_ms: int) -> bytes:
+    """One segment holding every entry of `parts` (adjacent, oldest first)."""
+    oldest, newest = parts[0][0], parts[-1][0]
+    return encode_segment(
+        np.concatenate([entries for _, entries in parts]),
+        newest_batch=newest.newest_batch,
+        oldest_batch=oldest.oldest_batch,
+        term=newest.term,
+        first_version=oldest.first_version,
+        last_version=newest.last_version,
+        created_at_ms=created_at_ms,
+        level=oldest.level + 1,
+    )
 
 
 # The window file: persister -> sequencer, through the shared run directory

@@ -15,6 +15,7 @@ from services.gateway import status as status_logic
 from weaseldb import requestids
 from weaseldb.blobstore import BlobStore, NotFound
 from weaseldb.requestids import BANNED, SegmentHeader, SegmentSpan
+from weaseldb.types import Outcome
 
 #: Segment headers kept per gateway worker (a header is ~16 bytes per bucket).
 HEADER_CACHE = 4096
@@ -28,13 +29,25 @@ class IndexSearch:
     async def search(
         self, request_id: str, low: int, high: int, *, upward: bool
     ) -> status_logic.Answer:
-        """`upward`: the client bounded the search with a min_version (see the module)."""
+        """`upward`: the client bounded the search with a min_version (see the module). A
+        segment gone between LIST and read was merged into one written before it went (or
+        garbage-collected): a miss after that is only trusted after listing again."""
+        for _ in range(3):
+            answer, complete = await self._search_once(request_id, low, high, upward)
+            if complete or answer.status == Outcome.COMMITTED:
+                return answer
+        return answer
+
+    async def _search_once(
+        self, request_id: str, low: int, high: int, upward: bool
+    ) -> tuple[status_logic.Answer, bool]:
         spans = requestids.cover(await requestids.list_spans(self._store))
         index_start = await self._index_start(spans)
         hash_ = requestids.id_hash(request_id)
         # A client that passes min_version passes the version it read before sending the
         # commit, which then sits just above it: search up from there. Without one, the
         # likeliest case is a recent commit: search down from the newest.
+        complete = True
         for span in reversed(spans) if upward else spans:
             try:
                 header, body = await self._header(span)
@@ -42,11 +55,12 @@ class IndexSearch:
                     continue
                 found = await requestids.find(self._store, header, body, hash_)
             except NotFound:
-                continue  # garbage-collected after the LIST: below what is retained
+                complete = False
+                continue
             committed = [v for v in found["version"].tolist() if v != BANNED]
             if committed:
-                return status_logic.judge(committed, low, high, index_start)
-        return status_logic.judge([], low, high, index_start)
+                return status_logic.judge(committed, low, high, index_start), True
+        return status_logic.judge([], low, high, index_start), complete
 
     async def _index_start(self, spans: list[SegmentSpan]) -> int:
         """The first version the index still covers: the oldest readable segment's."""

@@ -34,6 +34,10 @@ SEGMENTS = Counter("weaseldb_index_segments_total", "Request-id index segments w
 SEGMENT_ERRORS = Counter(
     "weaseldb_index_segment_errors_total", "Request-id index segments that failed to write"
 )
+MERGES = Counter("weaseldb_index_merges_total", "Request-id index segments merged into one")
+MERGE_ERRORS = Counter(
+    "weaseldb_index_merge_errors_total", "Request-id index merges that failed (retried later)"
+)
 
 Row = tuple[int, int, int]  # (id hash, version or BANNED, ms)
 #: Batch reads in flight while reading a tail.
@@ -93,6 +97,8 @@ class IndexWriter:
         self._open = Stretch(after.newest_batch - 1, after.last_version + 1)
         self._opened_at = time.monotonic()
         self._writing: asyncio.Task[None] | None = None
+        self._merging: asyncio.Task[None] | None = None
+        self._headers: dict[str, requestids.SegmentHeader] = {}
 
     def add(self, batch: batchfile.Batch) -> None:
         stretch = self._open
@@ -135,6 +141,54 @@ class IndexWriter:
             self._merge_back(stretch)
             return
         self.indexed_through = stretch.last_version
+        if self._merging is None or self._merging.done():
+            self._merging = asyncio.create_task(self._merge())
+
+    async def _merge(self) -> None:
+        """Merge while there is something to merge; any failure waits for the next segment
+        (readers are correct with or without merging, it only makes lookups cheaper)."""
+        try:
+            while await self._merge_once():
+                MERGES.inc()
+        except Exception as e:
+            MERGE_ERRORS.inc()
+            log.warning("request-id index merge failed (will retry): %r", e)
+
+    async def _merge_once(self) -> bool:
+        store = self._store
+        spans = await requestids.list_spans(store)
+        chosen = requestids.cover(spans)
+        await self._drop_covered(spans, chosen)
+        headers = [await self._header(span.key) for span in chosen]
+        run = requestids.plan_merge(headers)
+        if run is None:
+            return False
+        parts = [requestids.decode_segment(await store.get(h.key), key=h.key) for h in run]
+        data = await asyncio.to_thread(requestids.merge, parts, int(time.time() * 1000))
+        merged = layout.request_index_key(run[-1].newest_batch, run[0].oldest_batch)
+        with contextlib.suppress(AlreadyExists):
+            await with_retries(lambda: store.put_if_absent(merged, data), self._config, merged)
+        for header in run:  # only once the merged segment exists: readers re-list on a miss
+            await store.delete(header.key)
+            self._headers.pop(header.key, None)
+        return True
+
+    async def _drop_covered(
+        self, spans: list[requestids.SegmentSpan], chosen: list[requestids.SegmentSpan]
+    ) -> None:
+        """Segments a merged one covers whole, left by a merge that stopped half-way."""
+        for span in set(spans) - set(chosen):
+            if any(
+                c.newest_batch <= span.newest_batch and span.oldest_batch <= c.oldest_batch
+                for c in chosen
+            ):
+                await self._store.delete(span.key)
+                self._headers.pop(span.key, None)
+
+    async def _header(self, key: str) -> requestids.SegmentHeader:
+        if key not in self._headers:
+            self._headers[key] = (await requestids.read_header(self._store, key))[0]
+        return self._headers[key]
 
     def _merge_back(self, failed: Stretch) -> None:
         """Put a stretch that failed to write in front of what was added since."""
@@ -153,6 +207,8 @@ class IndexWriter:
             self._start_write()
             assert self._writing is not None
             await self._writing
+        if self._merging is not None:
+            await self._merging
 
 
 # Opening a term
@@ -232,5 +288,4 @@ async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: 
         older = int(np.searchsorted(entries["ts_ms"], cutoff, side="right"))
         return len(entries) >= 2 * memory and older >= memory
 
-    spans = requestids.cover(await requestids.list_spans(store))
-    return await requestids.read_segments(store, spans, enough)
+    return await requestids.read_recent(store, enough)

@@ -132,7 +132,7 @@ def test_status_lookups_read_the_index_not_the_log(tmp_path: Path, run_dir: Path
     committed = {r: post(cluster.url, r).json()["version"] for r in ids("indexed", 60)}
     assert cluster.stop() == 0
     segments = len(os.listdir(data / "requestids"))
-    assert segments >= 15
+    assert 2 <= segments < 60 // 3  # written every 3 batches, then merged eight to one
 
     restarted = ProcessSet(f"dir:{data}", cluster.port, run_dir, extra=extra).start()
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from weaseldb import layout, requestids
 from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.requestids import BANNED, SegmentSpan, id_hash, make_entries
+from weaseldb.requestids import BANNED, SegmentHeader, SegmentSpan, id_hash, make_entries
 from weaseldb.types import CorruptObject
 
 TOP = 2**64 - 1
@@ -104,3 +104,55 @@ def test_window_file_round_trips_oldest_first() -> None:
     assert decoded["version"].tolist() == list(range(1, 51))
     with pytest.raises(CorruptObject):
         requestids.decode_window(b"nope")
+
+
+def headers(levels: list[int], *, first: int = 1000, width: int = 10) -> list[SegmentHeader]:
+    """Adjacent segments, newest first, covering `width` batches each from `first` down."""
+    found = []
+    for i, level in enumerate(levels):
+        oldest = first - i * width
+        found.append(
+            requestids.SegmentHeader(
+                newest_batch=oldest - width + 1,
+                oldest_batch=oldest,
+                term=TOP,
+                first_version=1,
+                last_version=1,
+                count=0,
+                created_at_ms=0,
+                bucket_bits=0,
+                offsets=b"",
+                checksums=b"",
+                level=level,
+            )
+        )
+    return list(reversed(found))
+
+
+def test_a_merge_takes_the_oldest_run_of_eight_adjacent_segments_of_one_level() -> None:
+    newest_first = headers([1] * 8 + [0] * 9)  # oldest first: eight level-1, nine level-0
+    run = requestids.plan_merge(newest_first)
+    assert run is not None and [h.level for h in run] == [1] * 8
+    assert run == list(reversed(newest_first))[:8]
+    assert requestids.plan_merge(headers([0] * 7 + [1] * 7)) is None
+    assert requestids.plan_merge(headers([2] * 9)) is None  # the top level is not merged
+
+
+def test_a_merged_segment_holds_every_entry_of_its_parts() -> None:
+    parts = []
+    for i in range(3):
+        blob = requestids.encode_segment(
+            make_entries(rows(200, start=1 + 200 * i)),
+            newest_batch=TOP - 10 * (i + 1) + 1,
+            oldest_batch=TOP - 10 * i,
+            term=TOP - i,
+            first_version=1 + 200 * i,
+            last_version=200 * (i + 1),
+            created_at_ms=0,
+        )
+        parts.append(requestids.decode_segment(blob))
+    header, entries = requestids.decode_segment(requestids.merge(parts, created_at_ms=1))
+    assert (header.newest_batch, header.oldest_batch) == (TOP - 29, TOP)
+    assert (header.first_version, header.last_version, header.level) == (1, 600, 1)
+    assert header.term == TOP - 2  # the seed at its newest batch
+    assert sorted(entries["version"].tolist()) == list(range(1, 601))

@@ -321,9 +321,28 @@ class PersisterStage:
 
     async def _wait_for_ring_stages(self) -> None:
         """At the first term, give the sequencer and resolver a moment to say Hello, so a
-        stage that merely started late is not taken for one that restarted."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ring_assembled.wait(), RING_ASSEMBLY_S)
+        stage that merely started late is not taken for one that restarted. A stage already
+        running (this persister restarted alone) says nothing: its /healthz answering is
+        enough."""
+        deadline = time.monotonic() + RING_ASSEMBLY_S
+        while not self._ring_assembled.is_set() and time.monotonic() < deadline:
+            missing = {"sequencer", "resolver"} - self._heard
+            if all([await self._is_running(stage) for stage in missing]):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ring_assembled.wait(), 0.1)
+
+    async def _is_running(self, stage: str) -> bool:
+        written = self._run_dir / f"{stage}.port"  # the port it really has (0 picks one)
+        port = int(written.read_text()) if written.exists() else getattr(self._config.ports, stage)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.5)
+            writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")
+            status = await asyncio.wait_for(reader.readline(), 0.5)
+            writer.close()
+            return b" 200 " in status
+        except (OSError, TimeoutError):
+            return False
 
     def _announce(self, term: OpenedTerm) -> None:
         self.health.set(False, "announcing the term on the ring")

@@ -29,6 +29,10 @@ from weaseldb.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
 T = TypeVar("T")
 
 
+#: Fence batches written at once when a term opens.
+FENCE_PARALLELISM = 64
+
+
 class LostClaim(NotLeader):
     """Another candidate claimed the term first: this process set is a standby."""
 
@@ -141,7 +145,9 @@ async def _put_or_read(
 async def _fence(
     store: BlobStore, claimed: Claim, opening: batchfile.Batch, config: PersisterConfig
 ) -> None:
-    limit = asyncio.Semaphore(config.max_in_flight_requests)
+    # Fence batches are not data: the window rule does not apply, only how many requests
+    # the store takes at once.
+    limit = asyncio.Semaphore(max(config.max_in_flight_requests, FENCE_PARALLELISM))
 
     async def fence_one(number: int) -> None:
         fence = batchfile.empty_batch(

@@ -126,7 +126,7 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
     label = f"{name}-{worker}" if name == "gateway" else name
     tracing.setup(label)
     try:
-        return await run_stage(label, stage, app, sock, cfg.run_dir)
+        return await run_stage(label, stage, app, sock, cfg.run_dir, cfg.gateway.request_timeout_s)
     finally:
         tracing.shutdown()
         if store is not None:

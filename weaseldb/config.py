@@ -86,6 +86,9 @@ class GatewayConfig(_Section):
     """Most operations plus preconditions in one commit."""
     commit_timeout_s: float = Field(30.0, gt=0)
     """A commit not answered by the pipeline in this time gets 503 commit_unknown."""
+    request_timeout_s: float = Field(30.0, gt=0)
+    """A connection must start a request, and then deliver its headers and its whole body,
+    within this many seconds, or it is closed (against clients that trickle requests)."""
     leader_silence_s: float = Field(5.0, gt=0)
     """The persister speaks to every gateway worker at least once a second; a worker that
     hears nothing for this long stops taking commits (503 not_leader, /readyz not ready)

@@ -56,6 +56,7 @@ class CommitState(enum.IntEnum):
     REJECTED = 5  # resolver: `conflicts` says which preconditions failed
     NOT_LEADER = 6  # arrived before a term started or after it ended: nothing was applied
     UNKNOWN = 7  # request id seen before, its outcome forgotten: may have been applied
+    FUTURE_READ = 8  # a precondition reads at a version not assigned yet: a 400, nothing done
 
 
 class ReplyStatus(enum.StrEnum):
@@ -65,6 +66,7 @@ class ReplyStatus(enum.StrEnum):
     NOT_COMMITTED = "not_committed"
     NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
     COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
+    BAD_REQUEST = "bad_request"  # refused as sent (a read version ahead of the database)
 
 
 class CommitEntry(msgspec.Struct, tag="c", array_like=True):

@@ -23,6 +23,7 @@ import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("weaseldb")
 
@@ -84,10 +85,64 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     return sock
 
 
+class GuardedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline per request: a connection must start a
+    request, and then deliver all of its headers and body, within `request_timeout_s`, or
+    it is closed. A client trickling bytes (slowloris) cannot hold a file descriptor for
+    longer (the hard limit on open files here is 20,000)."""
+
+    request_timeout_s = 30.0
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request that is not HTTP at all still gets a JSON error body."""
+        body = orjson.dumps({"error": "bad_request", "message": msg})
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+        )
+        self.transport.close()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.info("closing a connection that did not deliver its request in time")
+            self.transport.close()
+
+
+def guarded_protocol(request_timeout_s: float) -> type[GuardedHttpTools]:
+    return type("GuardedHttpTools", (GuardedHttpTools,), {"request_timeout_s": request_timeout_s})
+
+
 class HttpServer:
     """uvicorn on a socket we bound, stoppable from our own code."""
 
-    def __init__(self, app: ASGIApp, sock: socket.socket) -> None:
+    def __init__(self, app: ASGIApp, sock: socket.socket, request_timeout_s: float = 30.0) -> None:
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -95,7 +150,7 @@ class HttpServer:
             lifespan="off",
             timeout_graceful_shutdown=30,
             loop="none",
-            http="httptools",
+            http=guarded_protocol(request_timeout_s),
             proxy_headers=False,
             server_header=False,
             date_header=False,
@@ -136,10 +191,15 @@ def write_port_file(run_dir: str, name: str, port: int) -> None:
 
 
 async def run_stage(
-    name: str, stage: Stage, app: ASGIApp, sock: socket.socket, run_dir: str
+    name: str,
+    stage: Stage,
+    app: ASGIApp,
+    sock: socket.socket,
+    run_dir: str,
+    request_timeout_s: float = 30.0,
 ) -> int:
     """Serve `app` and run `stage` until the stage finishes; returns its exit code."""
-    server = HttpServer(app, sock)
+    server = HttpServer(app, sock, request_timeout_s)
     write_port_file(run_dir, name, server.port)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,9 +1,11 @@
-"""Domain types shared by every stage: identifiers, outcomes and the error vocabulary."""
+"""Domain types shared by every stage: identifiers and outcomes."""
 
 from __future__ import annotations
 
 import enum
 from typing import NewType
+
+from weaseldb.errors import CorruptObject, Deposed, NotLeader, StoreUnavailable, WeaselError
 
 Version = NewType("Version", int)
 Term = NewType("Term", int)
@@ -29,21 +31,20 @@ class ConflictReason(enum.StrEnum):
     TOO_OLD = "too_old"
 
 
-class WeaselError(Exception):
-    """Base of the domain errors; the gateway maps each to one HTTP answer."""
-
-
-class NotLeader(WeaselError):
-    """This process set cannot take commits: standby, recovering, fenced or failing."""
-
-
-class Deposed(NotLeader):
-    """A newer term's batch occupies a number this leader wanted: it must stop."""
-
-
-class StoreUnavailable(WeaselError):
-    """The object store failed beyond the retry budget."""
-
-
-class CorruptObject(WeaselError):
-    """An object in the store failed its format or checksum check."""
+# The error vocabulary lives in weaseldb.errors; these names are kept for the modules that
+# import them from here.
+__all__ = [
+    "MAX_IN_FLIGHT_LIMIT",
+    "NUMBER_TOP",
+    "BatchNumber",
+    "ConflictReason",
+    "CorruptObject",
+    "Deposed",
+    "NotLeader",
+    "Outcome",
+    "RequestId",
+    "StoreUnavailable",
+    "Term",
+    "Version",
+    "WeaselError",
+]

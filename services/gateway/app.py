@@ -13,20 +13,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.gateway import errors
-from services.gateway.client_api import SUBSCRIBE_PATH, ClientApi
+from services.gateway import errors, openapi, sse
+from services.gateway.lookups import StatusLookups
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
-from services.gateway.requests import CommitRequest, Limits, parse_commit
+from services.gateway.requests import Limits, parse_commit
+from services.gateway.retention_api import RetentionPolicies
+from services.gateway.snapshots import SnapshotListing
+from services.gateway.streams import SUBSCRIBE_PATH, ChangeStreams
 from weaseldb import tracing
 from weaseldb.blobstore import open_store
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
+from weaseldb.errors import (
+    BadRequest,
+    CommitUnknown,
+    LeaderChanged,
+    MethodNotAllowed,
+    NotLeader,
+    TooLarge,
+)
 from weaseldb.protocol import CommitEntry, CommitReply, ReplyStatus
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, HttpServer, add_operations_routes
@@ -54,16 +64,16 @@ def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
-def _unknown_outcome(request_id: str, why: str) -> errors.CommitUnknown:
-    return errors.CommitUnknown(
+def _unknown_outcome(request_id: str, why: str) -> CommitUnknown:
+    return CommitUnknown(
         f"the commit may or may not have been applied ({why}); retry with the same "
         f"request_id or ask GET /v1/status?request_id={request_id}",
         request_id=request_id,
     )
 
 
-def _not_applied(request_id: str, why: str, **extra: str) -> errors.NotLeader:
-    return errors.NotLeader(
+def _not_applied(request_id: str, why: str, **extra: str) -> NotLeader:
+    return NotLeader(
         f"nothing was applied ({why}); safe to send again", request_id=request_id, **extra
     )
 
@@ -90,7 +100,11 @@ class GatewayStage:
             open_store(config.store, pool_size=config.gateway.store_pool_size),
             lambda op, area: STORE_REQUESTS.labels(op, area).inc(),
         )
-        self.api = ClientApi(config, self.client, self.store)
+        self.lookups = StatusLookups(self.client, self.store)
+        self.snapshots = SnapshotListing(self.store)
+        self.streams = ChangeStreams(config, self.client, self.store, self.snapshots)
+        self.client.observer = self.streams.observe
+        self.retention = RetentionPolicies(self.store)
         self._signalled = asyncio.Event()
 
     async def run(self, http: HttpServer) -> int:
@@ -101,7 +115,7 @@ class GatewayStage:
         ]
         await self._signalled.wait()
         self.health.set(False, "shutting down")
-        self.api.close_streams()  # change streams end cleanly; clients resume elsewhere
+        self.streams.close_all()  # change streams end cleanly; clients resume elsewhere
         http.stop()  # stop accepting; in-flight requests still get their answers
         await http.finished.wait()
         drained = await self.client.shutdown(self.config.drain_timeout_s)
@@ -120,7 +134,7 @@ class GatewayStage:
 
     def require_leader(self, request_id: str | None = None) -> None:
         if not self.client.leadership.leading:
-            raise errors.NotLeader(
+            raise NotLeader(
                 f"this node is not taking commits: {self.client.leadership.reason}",
                 leader_id=self.client.leadership.leader_id or None,
                 **({"request_id": request_id} if request_id else {}),
@@ -132,7 +146,7 @@ class GatewayStage:
         self.require_leader(valid.request_id)
         lead = self.client.leadership
         if valid.leader_id is not None and valid.leader_id != lead.leader_id:
-            raise errors.LeaderChanged(
+            raise LeaderChanged(
                 f"leader is {lead.leader_id}, not {valid.leader_id}",
                 leader_id=lead.leader_id,
                 version=self.client.committed_version,
@@ -175,6 +189,8 @@ class GatewayStage:
             raise _not_applied(reply.request_id, reply.reason or "this set stopped leading")
         if reply.status == ReplyStatus.COMMIT_UNKNOWN:
             raise _unknown_outcome(reply.request_id, reply.reason or "leadership was lost")
+        if reply.status == ReplyStatus.BAD_REQUEST:
+            raise BadRequest(reply.reason, request_id=reply.request_id)
         body: dict[str, Any] = {
             "status": reply.status,
             "version": reply.version,
@@ -189,8 +205,14 @@ class GatewayStage:
         return orjson.dumps(body)
 
 
+class ClientGone(Exception):
+    """The client closed the connection before its whole request arrived: nothing to do,
+    nobody to answer."""
+
+
 class CommitRoute:
-    """ASGI: `POST /v1/commit` straight to the stage, anything else to the FastAPI app."""
+    """ASGI: `POST /v1/commit` straight to the stage, `/v1/subscribe` to the change streams,
+    anything else to the FastAPI app."""
 
     def __init__(self, app: ASGIApp, stage: GatewayStage) -> None:
         self.app = app
@@ -199,81 +221,53 @@ class CommitRoute:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == SUBSCRIBE_PATH:
-            await self.stage.api.subscribe(scope, receive, send)
+            await self.stage.streams.subscribe(scope, receive, send)
             return
         if scope["type"] != "http" or scope["path"] != COMMIT_PATH:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        extra: dict[str, str] = {}
         try:
             if scope["method"] != "POST":
-                raise errors.MethodNotAllowed(f"{COMMIT_PATH} accepts POST only")
+                raise MethodNotAllowed(f"{COMMIT_PATH} accepts POST only", ["POST"])
             body = await self._body(headers, receive)
-            status, answer = 200, await self.stage.commit(body, _traceparent(headers))
+            answer = await self.stage.commit(body, _traceparent(headers))
+        except ClientGone:
+            return
         except Exception as e:
-            status, answer, extra = errors.render(e)
-            if status == 405:
-                extra["Allow"] = "POST"
-        response_headers = [(b"content-type", JSON.encode())]
-        response_headers += [(k.lower().encode(), v.encode()) for k, v in extra.items()]
-        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+            await errors.send_error(send, e)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
         await send({"type": "http.response.body", "body": answer})
 
     async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            raise errors.TooLarge(f"request body of {int(declared)} bytes exceeds {self.limit}")
+        declared = headers.get(b"content-length")
+        expected = int(declared) if declared is not None and declared.isdigit() else None
+        if expected is not None and expected > self.limit:
+            raise TooLarge(f"request body of {expected} bytes exceeds {self.limit}")
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()  # a body cut short is never committed
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                raise errors.TooLarge(f"request body exceeds {self.limit} bytes")
+                raise TooLarge(f"request body exceeds {self.limit} bytes")
             chunks.append(chunk)
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                break
+        if expected is not None and size != expected:
+            raise BadRequest(f"the body has {size} bytes, its Content-Length says {expected}")
+        return b"".join(chunks)
+
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def _traceparent(headers: dict[bytes, bytes]) -> str:
     return headers.get(b"traceparent", b"").decode("latin-1")
-
-
-def _document_commit(app: FastAPI) -> None:
-    """Describe POST /v1/commit in the OpenAPI schema (CommitRoute serves it)."""
-    (schema,), components = msgspec.json.schema_components(
-        [CommitRequest], ref_template="#/components/schemas/{name}"
-    )
-    operation = {
-        "tags": ["client"],
-        "summary": "Commit a transaction",
-        "operationId": "commit",
-        "requestBody": {"required": True, "content": {JSON: {"schema": schema}}},
-        "responses": {
-            "200": {"description": "committed, or not_committed with the failed preconditions"},
-            "400": {"description": "bad_request or limit_exceeded"},
-            "409": {"description": "leader_changed (body has leader_id and version)"},
-            "413": {"description": "too_large"},
-            "503": {
-                "description": "not_leader: nothing was applied (standby, recovering, "
-                "overloaded); commit_unknown: it may have been applied (retry with the same "
-                "request_id or ask /v1/status)"
-            },
-        },
-    }
-    framework_openapi = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            spec = framework_openapi()
-            spec.setdefault("paths", {})[COMMIT_PATH] = {"post": operation}
-            spec.setdefault("components", {}).setdefault("schemas", {}).update(components)
-            app.openapi_schema = spec
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIApp]:
@@ -285,7 +279,13 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
     )
     errors.install(app)
     add_operations_routes(app, stage.health)
+    _client_routes(app, stage)
+    _retention_routes(app, stage.retention, config.gateway.max_body_bytes)
+    openapi.install(app, config.gateway)
+    return stage, CommitRoute(app, stage)
 
+
+def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
     @app.get("/v1/version", tags=["client"], summary="Committed version and leader")
     async def version() -> Response:
         stage.require_leader()
@@ -296,33 +296,50 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
             }
         )
 
-    api = stage.api
-
     @app.get("/v1/status", tags=["client"], summary="Outcome of a commit by request id")
-    async def status(request_id: str, min_version: int = Query(0, ge=0, lt=2**64)) -> Response:
+    async def status(
+        request_id: str = Query(min_length=1, max_length=128),
+        min_version: str = Query("0", description="versions below it are not searched"),
+    ) -> Response:
+        try:
+            low = sse.parse_version(min_version)
+        except ValueError as e:
+            raise BadRequest(f"min_version: {e}") from e
         stage.require_leader()
-        return _json(await api.status(request_id, min_version))
-
-    @app.put("/v1/retention/{policy_id}", tags=["retention"], summary="Create or advance")
-    async def put_policy(policy_id: str, request: Request) -> Response:
-        return _json((await api.put_policy(policy_id, await request.body())).as_json())
-
-    @app.get("/v1/retention/{policy_id}", tags=["retention"], summary="One policy")
-    async def get_policy(policy_id: str) -> Response:
-        return _json((await api.get_policy(policy_id)).as_json())
-
-    @app.get("/v1/retention/", tags=["retention"], summary="Every policy")
-    async def list_policies() -> Response:
-        return _json({"policies": await api.list_policies()})
-
-    @app.delete("/v1/retention/{policy_id}", tags=["retention"], summary="Remove a policy")
-    async def delete_policy(policy_id: str) -> Response:
-        await api.delete_policy(policy_id)
-        return Response(status_code=204)
+        return _json(await stage.lookups.status(request_id, low))
 
     @app.get("/v1/snapshots", tags=["client"], summary="Published snapshots, newest first")
     async def snapshots() -> Response:
-        return _json({"snapshots": await api.snapshots()})
+        return _json({"snapshots": await stage.snapshots.all()})
 
-    _document_commit(app)
-    return stage, CommitRoute(app, stage)
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _retention_routes(app: FastAPI, policies: RetentionPolicies, limit: int) -> None:
+    path = "/v1/retention/{policy_id}"
+
+    @app.put(path, tags=["retention"], summary="Create or advance a policy")
+    async def put_policy(policy_id: str, request: Request) -> Response:
+        body = await _bounded_body(request, limit)
+        return _json((await policies.put(policy_id, body)).as_json())
+
+    @app.get(path, tags=["retention"], summary="One policy")
+    async def get_policy(policy_id: str) -> Response:
+        return _json((await policies.get(policy_id)).as_json())
+
+    @app.delete(path, tags=["retention"], summary="Remove a policy")
+    async def delete_policy(policy_id: str) -> Response:
+        await policies.delete(policy_id)
+        return Response(status_code=204)
+
+    @app.get("/v1/retention/", tags=["retention"], summary="Every policy")
+    async def list_policies() -> Response:
+        return _json({"policies": await policies.all()})

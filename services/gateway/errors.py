@@ -1,120 +1,154 @@
-"""The only place errors become HTTP answers. Every body is JSON:
-``{"error": code, "message": text, ...}``."""
+"""The only place errors become HTTP answers.
+
+`TABLE` maps the error tree of weaseldb.errors to HTTP, matched along each error's class
+hierarchy (like Starlette's exception handlers), so an error class added later lands on its
+nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``.
+Anything outside the tree is a bug: 500, and its traceback is logged.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
+from starlette.types import Send
 
-from services.gateway.requests import BadRequest
+from weaseldb.errors import (
+    BadRequest,
+    CommitUnknown,
+    Conflict,
+    LeaderChanged,
+    LogTruncated,
+    MethodNotAllowed,
+    NotFound,
+    NotLeader,
+    RequestError,
+    StoreError,
+    TooLarge,
+    Unavailable,
+    WeaselError,
+)
 
 JSON = "application/json"
 log = logging.getLogger("weaseldb.gateway")
+#: Seconds a client should wait before it tries a 503 again.
+RETRY_AFTER = "1"
 
 
-class ApiError(Exception):
-    status = 500
-    code = "internal"
-    headers: dict[str, str] = {}
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    code: str
 
-    def __init__(self, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.extra = extra
-
-
-class TooLarge(ApiError):
-    status, code = 413, "too_large"
+    @property
+    def retry(self) -> bool:
+        return self.status == 503
 
 
-class LeaderChanged(ApiError):
-    status, code = 409, "leader_changed"
+TABLE: dict[type[WeaselError], HttpAnswer] = {
+    BadRequest: HttpAnswer(400, "bad_request"),  # or the error's own code: limit_exceeded
+    TooLarge: HttpAnswer(413, "too_large"),
+    NotFound: HttpAnswer(404, "not_found"),
+    MethodNotAllowed: HttpAnswer(405, "method_not_allowed"),
+    Conflict: HttpAnswer(409, "conflict"),
+    LeaderChanged: HttpAnswer(409, "leader_changed"),
+    LogTruncated: HttpAnswer(410, "log_truncated"),
+    RequestError: HttpAnswer(400, "bad_request"),
+    NotLeader: HttpAnswer(503, "not_leader"),
+    CommitUnknown: HttpAnswer(503, "commit_unknown"),
+    StoreError: HttpAnswer(503, "store_unavailable"),
+    Unavailable: HttpAnswer(503, "unavailable"),
+}
+INTERNAL = HttpAnswer(500, "internal")
 
 
-class NotLeader(ApiError):
-    """Nothing was applied: safe to send again, anywhere."""
-
-    status, code = 503, "not_leader"
-    headers = {"Retry-After": "1"}
-
-
-class CommitUnknown(ApiError):
-    """The commit may or may not have been applied: retry with the same request_id, or
-    ask GET /v1/status."""
-
-    status, code = 503, "commit_unknown"
-    headers = {"Retry-After": "1"}
+def answer_for(error: BaseException) -> HttpAnswer:
+    for cls in type(error).__mro__:
+        found = TABLE.get(cls)
+        if found is not None:
+            return found
+    return INTERNAL
 
 
-class MethodNotAllowed(ApiError):
-    status, code = 405, "method_not_allowed"
-
-
-class NotFound(ApiError):
-    status, code = 404, "not_found"
-
-
-class Conflict(ApiError):
-    status, code = 409, "conflict"
-
-
-class LogTruncated(ApiError):
-    status, code = 410, "log_truncated"
-
-
-def render(error: Exception) -> tuple[int, bytes, dict[str, str]]:
+def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """Status, JSON body and headers for any error raised while serving a request."""
-    if isinstance(error, ApiError):
-        return error.status, _body(error.code, error.message, **error.extra), dict(error.headers)
-    if isinstance(error, BadRequest):
-        return 400, _body(error.code, error.message), {}
-    log.exception("unexpected error serving a request", exc_info=error)
-    return 500, _body("internal", f"internal error: {type(error).__name__}"), {}
+    answer = answer_for(error)
+    headers = [(b"content-type", JSON.encode())]
+    if answer is INTERNAL:
+        log.error("unexpected error serving a request", exc_info=error)
+        return answer.status, _body("internal", f"internal error: {type(error).__name__}"), headers
+    assert isinstance(error, WeaselError)
+    if answer.status == 503:
+        log.warning("503 %s: %s", answer.code, error.message)
+    code = error.code if isinstance(error, BadRequest) else answer.code
+    if answer.retry:
+        headers.append((b"retry-after", RETRY_AFTER.encode()))
+    if isinstance(error, MethodNotAllowed):
+        headers.append((b"allow", ", ".join(error.allow).encode()))
+    return answer.status, _body(code, error.message, **error.extra), headers
 
 
 def _body(code: str, message: str, **extra: Any) -> bytes:
     return orjson.dumps({"error": code, "message": message, **extra})
 
 
-def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> Response:
-    return Response(_body(code, message), status_code=status, media_type=JSON, headers=headers)
-
-
-def _as_response(error: Exception) -> Response:
+async def send_error(send: Send, error: BaseException) -> None:
+    """The one ASGI error writer (for the routes served outside FastAPI)."""
     status, body, headers = render(error)
-    return Response(body, status_code=status, media_type=JSON, headers=headers)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def as_response(error: BaseException) -> Response:
+    status, body, headers = render(error)
+    return Response(body, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves for this path (a path with one route per method
+    gets a 405 from whichever route matched first, naming only its own method)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "OPTIONS"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or [])
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:
-    """Make the framework's own errors (validation, 404, 405) and ours the same JSON shape."""
+    """Make the framework's own errors (validation, 404, 405) and ours one shape."""
 
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, e: ApiError) -> Response:
-        return _as_response(e)
-
-    @app.exception_handler(BadRequest)
-    async def bad_request(_: Request, e: BadRequest) -> Response:
-        return _as_response(e)
+    @app.exception_handler(WeaselError)
+    async def domain_error(_: Request, e: WeaselError) -> Response:
+        return as_response(e)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> Response:
         details = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
-        return error_response(400, "bad_request", details or "invalid request")
+        return as_response(BadRequest(details or "invalid request"))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, e: HTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return error_response(e.status_code, code, str(e.detail), dict(e.headers or {}))
+    async def http_error(request: Request, e: HTTPException) -> Response:
+        if e.status_code == 405:
+            allow = allowed_methods(app, request)
+            return as_response(MethodNotAllowed(f"{request.url.path} allows {allow}", allow))
+        if e.status_code == 404:
+            return as_response(NotFound(f"no route {request.url.path}"))
+        return as_response(BadRequest(str(e.detail)))
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(_: Request, e: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # nobody will read it: the client left mid-request
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> Response:  # a bug, never user input
-        return _as_response(e)
+        return as_response(e)

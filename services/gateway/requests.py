@@ -1,19 +1,24 @@
 """Parsing and validating a commit request (api.md, "POST /v1/commit"), with no I/O.
 
-Decoding is strict: unknown fields are rejected (a misspelt "preconditions" must not turn
-a guarded write into a blind one), integers must be integers, keys and values must be
-standard padded base64. Every failure raises `BadRequest` with the JSON path of the field.
+Decoding is strict: the body must be UTF-8 JSON with no object key twice (a repeated
+"preconditions" would otherwise turn a guarded write into a blind one, last one winning),
+unknown fields are rejected (a misspelt "preconditions" likewise), integers must be
+integers, keys and values must be standard padded base64. Every failure raises
+`BadRequest` with the JSON path of the field.
 """
 
 from __future__ import annotations
 
 import binascii
+import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
 
+from weaseldb.errors import BadRequest
 from weaseldb.protocol import (
     Delete,
     Operation,
@@ -24,16 +29,11 @@ from weaseldb.protocol import (
     Write,
 )
 
+__all__ = ["BadRequest", "CommitRequest", "Limits", "ValidCommit", "parse_commit"]
+
 #: Versions are u64 in the contract; msgspec bounds stop at int64, which no version reaches.
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 REQUEST_ID_MIN, REQUEST_ID_MAX = 20, 128
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, code: str = "bad_request") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
@@ -100,7 +100,50 @@ def parse_commit(body: bytes, limits: Limits) -> ValidCommit:
         raise BadRequest(f"invalid commit request: {e}") from e
     except msgspec.DecodeError as e:
         raise BadRequest(f"malformed JSON: {e}") from e
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"the body is not UTF-8: {e}") from e
+    duplicate = duplicate_key(body)
+    if duplicate is not None:
+        raise BadRequest(f"the key {duplicate} appears twice in one object")
     return _validate(request, limits)
+
+
+# Every string (whole, so braces inside one are not taken for structure); group 1 is set
+# when it is an object key.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?|[{}]')
+
+
+def duplicate_key(body: bytes) -> str | None:
+    """The first key that appears twice in one object of a valid JSON document, else None.
+    A scan of tokens in C; keys with escapes (where two spellings can be one key) fall
+    back to a full parse."""
+    objects: list[set[bytes]] = []
+    for token in _TOKENS.finditer(body):
+        text = token.group()
+        if text == b"{":
+            objects.append(set())
+        elif text == b"}":
+            objects.pop()
+        elif token.group(1) is not None:
+            key = text[: text.rindex(b'"') + 1]
+            if b"\\" in key:
+                return _duplicate_key_slow(body)
+            if key in objects[-1]:
+                return key.decode()
+            objects[-1].add(key)
+    return None
+
+
+def _duplicate_key_slow(body: bytes) -> str | None:
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [k for k, _ in items]
+        found.extend(k for k in keys if keys.count(k) > 1)
+        return dict(items)
+
+    json.loads(body, object_pairs_hook=pairs)
+    return json.dumps(found[0]) if found else None
 
 
 def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:

@@ -12,9 +12,12 @@ from typing import Any
 
 import orjson
 
-from services.gateway.requests import BadRequest
+from services.gateway.requests import duplicate_key
+from weaseldb.errors import BadRequest, CorruptObject
 
-POLICY_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: 1..128 of letters, digits, '.', '_' and '-', not starting with '.' (so never "." or "..",
+#: and never a hidden file in a directory store). fullmatch: `$` would accept a final "\n".
+POLICY_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 U64_MAX = 2**64 - 1
 
 
@@ -40,9 +43,10 @@ class Policy:
 
 
 def check_policy_id(policy_id: str) -> str:
-    if not POLICY_ID.match(policy_id) or policy_id in (".", ".."):
+    if not POLICY_ID.fullmatch(policy_id):
         raise InvalidPolicy(
-            "policy_id must be 1..128 characters of letters, digits, '.', '_' or '-'"
+            "policy_id must be 1..128 characters of letters, digits, '.', '_' or '-', "
+            "not starting with '.'"
         )
     return policy_id
 
@@ -53,6 +57,8 @@ def parse_body(body: bytes) -> int:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise InvalidPolicy(f"body is not valid JSON: {e}") from e
+    if duplicate_key(body) is not None:
+        raise InvalidPolicy("a key appears twice in the body")
     if not isinstance(data, dict) or set(data) != {"version"}:
         raise InvalidPolicy('body must be {"version": <unsigned 64-bit integer>}')
     version = data["version"]
@@ -72,8 +78,11 @@ def update(current: Policy | None, policy_id: str, version: int, now: str) -> Po
 
 
 def decode(data: bytes) -> Policy:
-    doc = orjson.loads(data)
-    return Policy(str(doc["policy_id"]), int(doc["version"]), str(doc["updated_at"]))
+    try:
+        doc = orjson.loads(data)
+        return Policy(str(doc["policy_id"]), int(doc["version"]), str(doc["updated_at"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptObject(f"unreadable retention policy: {e}") from e
 
 
 SNAPSHOT_FIELDS = ("version", "batch", "location", "created_at", "keys", "bytes")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import re
 from typing import Any
 
 import orjson
@@ -62,16 +63,27 @@ def parse_after(after: str | None, last_event_id: str | None) -> int | None:
     raw = after if after is not None else last_event_id
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or int(raw) >= 2**64:
-        raise ValueError(f"not an unsigned 64-bit version: {raw!r}")
+    return parse_version(raw)
+
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
+#: Versions stay below 2**63 (a long in Parquet snapshots, an int64 in the wire format).
+VERSION_MAX = 2**63 - 1
+
+
+def parse_version(raw: str) -> int:
+    """A version written in ASCII digits, nothing else (no sign, spaces, underscores,
+    fractions or other scripts' digits, which `str.isdigit` and `int` accept)."""
+    if not _DIGITS.fullmatch(raw) or int(raw) > VERSION_MAX:
+        raise ValueError(f"not a version (0..{VERSION_MAX} in ASCII digits): {raw!r}")
     return int(raw)
 
 
 def parse_bool(raw: str | None, default: bool) -> bool:
     if raw is None:
         return default
-    if raw.lower() in ("true", "1"):
+    if raw == "true":
         return True
-    if raw.lower() in ("false", "0"):
+    if raw == "false":
         return False
     raise ValueError(f"expected true or false, not {raw!r}")

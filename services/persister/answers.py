@@ -114,6 +114,14 @@ class Answers:
                     entry.request_id,
                     entry.conflicts,
                 )
+            case CommitState.FUTURE_READ:
+                return CommitReply(
+                    entry.ticket,
+                    ReplyStatus.BAD_REQUEST,
+                    committed,
+                    entry.request_id,
+                    reason="a precondition reads at a version newer than any assigned",
+                )
             case CommitState.BANNED:
                 return CommitReply(
                     entry.ticket,

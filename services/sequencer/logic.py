@@ -8,7 +8,9 @@ request-id rules live here because each must be decided atomically with version 
   window of earlier terms from the request-id index;
 - a commit whose id left the window (faded) may have been applied: UNKNOWN, answered
   commit_unknown;
-- a status lookup bans its id: a commit with it that was not sequenced yet never will be.
+- a status lookup bans its id: a commit with it that was not sequenced yet never will be;
+- a precondition at a version not assigned yet is refused (FUTURE_READ): only the sequencer
+  knows the newest version assigned, which a `durable=false` reader may already have seen.
 Every sequenced entry is stamped with the term, so a later term's stages can drop it.
 """
 
@@ -101,6 +103,8 @@ class Sequencer:
             entry.version = original
         elif hash_ in self._window.faded:
             entry.state = CommitState.UNKNOWN
+        elif any(p.version >= self._next_version for p in entry.preconditions):
+            entry.state = CommitState.FUTURE_READ  # nobody can have read there
         else:
             entry.version = self._next_version
             entry.timestamp_ms = now_ms

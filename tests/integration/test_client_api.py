@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
+from weaseldb import manifest
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import committed_transactions
 
@@ -227,17 +227,21 @@ def test_snapshots_lists_published_manifests_newest_first(
     store = DirectoryStore(tmp_path / "data")
 
     async def publish(version: int) -> None:
-        manifest = {
-            "version": version,
-            "batch": 2**64 - 1 - version,
-            "location": f"snapshots/{version:020d}/",
-            "created_at": "2026-01-01T00:00:00.000Z",
-            "keys": version * 10,
-            "bytes": version * 100,
-            "checksum": "ignored",
-        }
+        published = manifest.Manifest(
+            format=manifest.FORMAT_VERSION,
+            version=version,
+            batch=2**64 - 1 - version,
+            term=2**64 - 1,
+            created_at="2026-01-01T00:00:00.000Z",
+            location=f"snapshots/{version:020d}/",
+            files=[],
+            keys=version * 10,
+            bytes=version * 100,
+            source_batches=manifest.SourceBatches(None, None, 0),
+            previous=None,
+        )
         await store.put_if_absent(f"snapshots/{version:020d}/part-0.parquet", b"PAR1")
-        await store.put_if_absent(f"snapshots/{version:020d}.manifest", orjson.dumps(manifest))
+        await store.put_if_absent(published.key, manifest.encode(published))
 
     asyncio.run(publish(7))
     asyncio.run(publish(42))

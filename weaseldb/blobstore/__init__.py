@@ -2,7 +2,8 @@
 
 Every implementation honours the same contract, checked by one shared test suite:
 - `put_if_absent` is create-only: it either stores the whole object durably or raises
-  `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`.
+  `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`,
+  a missing key `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
 - `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
 """
 
@@ -11,21 +12,13 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from weaseldb.errors import AlreadyExists, NotFound, StoreError, TransientError
 
-class BlobError(Exception):
-    pass
-
-
-class AlreadyExists(BlobError):
-    """The key exists (HTTP 412 on a conditional PUT)."""
+__all__ = ["AlreadyExists", "BlobError", "BlobStore", "NotFound", "TransientError", "open_store"]
 
 
-class NotFound(BlobError):
-    pass
-
-
-class TransientError(BlobError):
-    """Retryable: 409 ConditionalRequestConflict, 5xx, timeouts, connection errors."""
+#: The store's errors are the core's (weaseldb.errors); these names are the seam's own.
+BlobError = StoreError
 
 
 class BlobStore(Protocol):

@@ -26,6 +26,7 @@ from botocore.exceptions import (
 )
 
 from weaseldb.blobstore import AlreadyExists, BlobError, NotFound, TransientError
+from weaseldb.errors import WeaselError
 
 _TRANSIENT_CODES = {
     "ConditionalRequestConflict",
@@ -39,7 +40,7 @@ _TRANSIENT_CODES = {
 }
 
 
-def _translate(error: Exception, key: str) -> BlobError:
+def _translate(error: Exception, key: str) -> WeaselError:
     if isinstance(error, ClientError):
         code = str(error.response.get("Error", {}).get("Code", ""))
         status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))

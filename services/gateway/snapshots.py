@@ -1,0 +1,30 @@
+"""GET /v1/snapshots: the published compaction snapshots, newest first (manifests are
+checksum-verified; see weaseldb/manifest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgspec
+
+from services.gateway import retention
+from weaseldb import manifest
+from weaseldb.blobstore import BlobStore, NotFound
+
+
+class SnapshotListing:
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+
+    async def all(self) -> list[dict[str, Any]]:
+        found = []
+        for version in reversed(await manifest.manifest_versions(self._store)):
+            with contextlib.suppress(NotFound):  # garbage-collected since the LIST
+                published = await manifest.read(self._store, version)
+                found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
+        return found
+
+    async def newest(self) -> dict[str, Any] | None:
+        found = await self.all()
+        return found[0] if found else None

@@ -1,0 +1,247 @@
+"""GET /v1/subscribe: the change stream as Server-Sent Events (api.md; decisions in
+docs/api.md). Served as plain ASGI: the response streams for as long as the client stays.
+
+History comes from the store (weaseldb.history), live events from the worker's `Hub`
+(services/gateway/subscriptions.py), handed over with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from urllib.parse import parse_qs
+
+from prometheus_client import Counter, Gauge
+from starlette.types import Receive, Scope, Send
+
+from services.gateway import sse
+from services.gateway.errors import send_error
+from services.gateway.pipeline import PipelineClient
+from services.gateway.snapshots import SnapshotListing
+from services.gateway.subscriptions import CLOSED_SLOW, Hub, Subscriber
+from weaseldb import history
+from weaseldb.blobstore import BlobStore
+from weaseldb.config import Config
+from weaseldb.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
+from weaseldb.protocol import (
+    AcceptedEvents,
+    DurableEvents,
+    EventTransaction,
+    LeaderLost,
+    Progress,
+    Shutdown,
+    TermStart,
+)
+
+log = logging.getLogger("weaseldb.gateway")
+
+SUBSCRIBERS = Gauge("weaseldb_gateway_subscribers", "Open change-stream subscribers", ["durable"])
+DROPPED = Counter(
+    "weaseldb_gateway_subscribers_dropped_total", "Subscribers cut off for falling behind"
+)
+EVENTS = Counter("weaseldb_gateway_subscriber_events_total", "Change-stream rounds fanned out")
+SUBSCRIBE_PATH = "/v1/subscribe"
+#: How long a durable=false subscriber waits for accepted history to become durable.
+ACCEPTED_CATCH_UP_S = 30.0
+
+
+class ChangeStreams:
+    def __init__(
+        self, config: Config, client: PipelineClient, store: BlobStore, snapshots: SnapshotListing
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._store = store
+        self._snapshots = snapshots
+        self.hub = Hub(config.gateway.subscriber_buffer_bytes)
+
+    # Ring input
+
+    def observe(self, message: object) -> None:
+        hub = self.hub
+        if isinstance(message, DurableEvents):
+            hub.on_durable(message)
+            EVENTS.inc()
+        elif isinstance(message, AcceptedEvents):
+            hub.on_accepted(message)
+        elif isinstance(message, Progress):
+            hub.on_progress(message.committed_version, message.leader_id, message.term)
+        elif isinstance(message, TermStart):
+            hub.on_term_start(message.term, message.leader_id, message.committed_version)
+        elif isinstance(message, LeaderLost | Shutdown):
+            hub.on_leader_lost()
+        dropped = hub.dropped
+        if dropped:
+            DROPPED.inc(dropped)
+            hub.dropped = 0
+
+    def close_all(self) -> None:
+        self.hub.close_all()
+
+    async def subscribe(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            after, durable = self._parse(scope)
+            if not self._client.leadership.leading:
+                raise NotLeader(f"this node is not leading: {self._client.leadership.reason}")
+        except WeaselError as e:
+            await send_error(send, e)
+            return
+        sub = self.hub.register(durable)
+        label = "true" if durable else "false"
+        SUBSCRIBERS.labels(label).inc()
+        try:
+            await self._stream(sub, after, scope, receive, send)
+        finally:
+            self.hub.unregister(sub)
+            SUBSCRIBERS.labels(label).dec()
+
+    @staticmethod
+    def _parse(scope: Scope) -> tuple[int | None, bool]:
+        if scope["method"] != "GET":
+            raise MethodNotAllowed(f"{SUBSCRIBE_PATH} accepts GET only", ["GET"])
+        try:
+            query = {
+                k: v[-1]
+                for k, v in parse_qs(
+                    scope["query_string"].decode("ascii"),
+                    keep_blank_values=True,
+                    strict_parsing=False,
+                ).items()
+            }
+            headers = dict(scope["headers"])
+            last_event_id = headers.get(b"last-event-id", b"").decode("ascii") or None
+            return (
+                sse.parse_after(query.get("after"), last_event_id),
+                sse.parse_bool(query.get("durable"), True),
+            )
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadRequest(str(e)) from e
+
+    async def _stream(
+        self, sub: Subscriber, after: int | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        target = self.hub.seen(sub.durable)  # history must reach this to meet the live stream
+        if after is None:
+            after = self._client.committed_version
+        try:
+            oldest = await history.retained_start(self._store)
+            if after + 1 < oldest:
+                raise LogTruncated(
+                    f"history before version {oldest} is no longer retained",
+                    oldest_version=oldest,
+                    snapshot=await self._snapshots.newest(),
+                )
+            if not sub.durable and after < target:
+                await self._wait_durable(target)
+        except Exception as e:  # store errors included: 503 with Retry-After, not a 500
+            await send_error(send, e)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        listener = asyncio.create_task(_wait_disconnect(receive, sub))
+        pump = asyncio.create_task(self._history_then_live(sub, after, target, send))
+        sub.on_cut = pump.cancel  # a slow subscriber is cut off even while a send waits
+        try:
+            await pump
+        except (OSError, asyncio.CancelledError):
+            if not sub.closed:
+                raise
+        except WeaselError as e:
+            # The store failed while history was streaming: the 200 is sent, so the stream
+            # ends without its final chunk and the client resumes with Last-Event-ID.
+            log.warning("change stream ended: %s", e)
+            return
+        finally:
+            listener.cancel()
+            pump.cancel()
+        if sub.closed == CLOSED_SLOW:
+            log.warning("subscriber cut off: more than %d bytes unsent", sub.limit)
+            return  # return without ending the body: the server drops the connection
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _history_then_live(
+        self, sub: Subscriber, after: int, target: int, send: Send
+    ) -> None:
+        last = after
+        if after < target:
+            last = await self._send_history(sub, after, send)
+        sub.go_live(last)
+        await self._pump(sub, send)
+
+    async def _wait_durable(self, version: int) -> None:
+        deadline = time.monotonic() + ACCEPTED_CATCH_UP_S
+        while self._client.committed_version < version:
+            if not self._client.leadership.leading or time.monotonic() > deadline:
+                raise NotLeader("accepted history did not become durable")
+            await asyncio.sleep(0.005)
+
+    async def _send_history(self, sub: Subscriber, after: int, send: Send) -> int:
+        last = after
+        pending: list[bytes] = []
+        size = 0
+        async for prev, leader_id, tx in history.log_after(self._store, after):
+            event = EventTransaction(tx.version, tx.request_id, tx.timestamp_ms, tx.operations)
+            data = sse.transaction_event(event, prev, leader_id)
+            pending.append(data)
+            size += len(data)
+            last = tx.version
+            if size >= 64 * 1024:
+                await send(
+                    {"type": "http.response.body", "body": b"".join(pending), "more_body": True}
+                )
+                pending, size = [], 0
+            if sub.closed:
+                break
+        if pending:
+            await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
+        return last
+
+    async def _pump(self, sub: Subscriber, send: Send) -> None:
+        interval = self._config.gateway.checkpoint_interval_s
+        keepalive = self._config.gateway.keepalive_interval_s
+        loop = asyncio.get_running_loop()
+        next_keepalive = loop.time() + keepalive
+        checkpoint = True  # one right away, so a client learns where live starts
+        while True:
+            data = sub.take()
+            if sub.closed and not sub.flush_first:
+                return
+            now = loop.time()
+            if not data and checkpoint and not sub.closed:
+                version = max(0, self.hub.checkpoint(sub.durable))
+                data = sse.checkpoint_event(version, self.hub.leader_id)
+            if now >= next_keepalive:
+                data += sse.KEEPALIVE
+                next_keepalive = now + keepalive
+            if data:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            if sub.closed:
+                rest = sub.take() if sub.flush_first else b""
+                if rest:
+                    await send({"type": "http.response.body", "body": rest, "more_body": True})
+                return
+            try:
+                await asyncio.wait_for(sub.wake.wait(), min(interval, next_keepalive - now))
+                checkpoint = False
+            except TimeoutError:
+                checkpoint = True
+
+
+async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            sub.close("disconnected", flush=False)
+            return

@@ -1,0 +1,123 @@
+"""The error vocabulary of WeaselDB: one tree for the core, the stages and the store.
+
+Code anywhere raises these (wrapping library errors with ``raise ... from``); the gateway
+turns each into exactly one HTTP answer in one table (`services/gateway/errors.py`),
+matched by class like Starlette's exception handlers, so a new error lands on the answer
+of its nearest ancestor instead of falling through to a 500.
+
+    WeaselError
+    ├── RequestError            the client's request cannot be served as sent
+    │   ├── BadRequest          400 bad_request / limit_exceeded
+    │   ├── TooLarge            413
+    │   ├── NotFound            404 (a missing resource, or a missing object in the store)
+    │   ├── MethodNotAllowed    405
+    │   ├── Conflict            409 conflict
+    │   ├── LeaderChanged       409 leader_changed
+    │   └── LogTruncated        410
+    ├── Unavailable             503 with Retry-After: try again (later, or elsewhere)
+    │   ├── NotLeader           nothing was applied
+    │   │   └── Deposed         a newer term took over
+    │   ├── CommitUnknown       the commit may or may not have been applied
+    │   ├── StoreError          the object store failed
+    │   │   ├── TransientError  ... retryably (5xx, 409 conflict on a conditional write, I/O)
+    │   │   ├── StoreUnavailable ... beyond the retry budget
+    │   │   └── CorruptObject   ... an object failed its format or checksum check
+    └── AlreadyExists           a create-only write found the key taken (never an answer)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WeaselError(Exception):
+    """Base of every WeaselDB error. `extra` fields go into the JSON error body."""
+
+    def __init__(self, message: str = "", **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+# What the client sent cannot be served
+
+
+class RequestError(WeaselError):
+    pass
+
+
+class BadRequest(RequestError):
+    """Malformed or invalid input. `code` is ``bad_request`` or ``limit_exceeded``."""
+
+    def __init__(self, message: str, code: str = "bad_request", **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.code = code
+
+
+class TooLarge(RequestError):
+    pass
+
+
+class NotFound(RequestError):
+    """A resource the request names does not exist; the store raises it for a missing key."""
+
+
+class MethodNotAllowed(RequestError):
+    def __init__(self, message: str, allow: list[str], **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.allow = allow
+
+
+class Conflict(RequestError):
+    pass
+
+
+class LeaderChanged(RequestError):
+    pass
+
+
+class LogTruncated(RequestError):
+    pass
+
+
+# Try again
+
+
+class Unavailable(WeaselError):
+    pass
+
+
+class NotLeader(Unavailable):
+    """This process set cannot take commits (standby, recovering, fenced, overloaded):
+    nothing of the request was applied."""
+
+
+class Deposed(NotLeader):
+    """A newer term's batch occupies a number this leader wanted: it must stop."""
+
+
+class CommitUnknown(Unavailable):
+    """The commit may or may not have been applied."""
+
+
+class StoreError(Unavailable):
+    """The object store failed (the base of the store's own errors)."""
+
+
+class TransientError(StoreError):
+    """Retryable: 409 ConditionalRequestConflict, 5xx, timeouts, connection errors."""
+
+
+class StoreUnavailable(StoreError):
+    """The object store failed beyond the retry budget."""
+
+
+class CorruptObject(StoreError):
+    """An object in the store failed its format or checksum check."""
+
+
+# Internal
+
+
+class AlreadyExists(WeaselError):
+    """A create-only write found the key taken (S3's 412). Callers decide what it means."""

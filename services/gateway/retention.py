@@ -62,6 +62,10 @@ def parse_body(body: bytes) -> int:
     if not isinstance(data, dict) or set(data) != {"version"}:
         raise InvalidPolicy('body must be {"version": <unsigned 64-bit integer>}')
     version = data["version"]
+    # JSON has one number type: 5.0 is the integer 5 (as JSON Schema says), as long as the
+    # float holds it exactly.
+    if isinstance(version, float) and version.is_integer() and abs(version) <= 2**53:
+        version = int(version)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= U64_MAX:
         raise InvalidPolicy("version must be an unsigned 64-bit integer")
     return version

@@ -1,30 +1,42 @@
-"""A no-op POST on the same HTTP stack as the gateway (FastAPI on uvicorn + httptools +
-uvloop, reading the body and answering small JSON): the ceiling for P3."""
+"""A no-op POST on exactly the commit route's HTTP stack: uvicorn with the gateway's
+protocol (weaseldb.service.HttpServer: httptools, the request deadline) on uvloop, a plain
+ASGI app that reads the body and answers a small JSON document, as `CommitRoute` does.
+It is the ceiling for P3 (performance.md): commit throughput divided by this.
+
+    .venv/bin/python bench/noop_server.py PORT
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from pathlib import Path
 
-import orjson
-import uvicorn
-from fastapi import FastAPI, Request, Response
+import uvloop
+from starlette.types import Receive, Scope, Send
 
-app = FastAPI()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from weaseldb.service import HttpServer, listening_socket
+
+ANSWER = b'{"status":"committed","version":1,"leader_id":"noop","request_id":"noop"}'
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]
 
 
-@app.post("/noop")
-async def noop(request: Request) -> Response:
-    await request.body()
-    return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
+async def noop(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body", False):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+async def serve(port: int) -> None:
+    server = HttpServer(noop, listening_socket("127.0.0.1", port))
+    await server.serve()
 
 
 if __name__ == "__main__":
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=int(sys.argv[1]),
-        log_level="warning",
-        access_log=False,
-        http="httptools",
-        loop="uvloop",
-    )
+    uvloop.install()
+    asyncio.run(serve(int(sys.argv[1])))

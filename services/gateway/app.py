@@ -226,18 +226,19 @@ class CommitRoute:
         if scope["type"] != "http" or scope["path"] != COMMIT_PATH:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
+        request_headers = dict(scope["headers"])
         try:
             if scope["method"] != "POST":
                 raise MethodNotAllowed(f"{COMMIT_PATH} accepts POST only", ["POST"])
-            body = await self._body(headers, receive)
-            answer = await self.stage.commit(body, _traceparent(headers))
+            body = await self._body(request_headers, receive)
+            answer = await self.stage.commit(body, _traceparent(request_headers))
         except ClientGone:
             return
         except Exception as e:
             await errors.send_error(send, e)
             return
-        await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
+        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(answer))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
     async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:

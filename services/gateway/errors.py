@@ -102,6 +102,7 @@ def _body(code: str, message: str, **extra: Any) -> bytes:
 async def send_error(send: Send, error: BaseException) -> None:
     """The one ASGI error writer (for the routes served outside FastAPI)."""
     status, body, headers = render(error)
+    headers.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import binascii
 import json
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Annotated
@@ -102,48 +101,65 @@ def parse_commit(body: bytes, limits: Limits) -> ValidCommit:
         raise BadRequest(f"malformed JSON: {e}") from e
     except UnicodeDecodeError as e:
         raise BadRequest(f"the body is not UTF-8: {e}") from e
-    duplicate = duplicate_key(body)
-    if duplicate is not None:
-        raise BadRequest(f"the key {duplicate} appears twice in one object")
+    if not _keys_occur_once(request, body):
+        duplicate = duplicate_key(body)
+        if duplicate is not None:
+            raise BadRequest(f"the key {duplicate} appears twice in one object")
     return _validate(request, limits)
 
 
-# Every string (whole, so braces inside one are not taken for structure); group 1 is set
-# when it is an object key.
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?|[{}]')
+def _keys_occur_once(request: CommitRequest, body: bytes) -> bool:
+    """A quick proof that no key repeats, from what the decoder kept: every field name occurs
+    in the body exactly as often as the decoded request has that field. A repeat adds an
+    occurrence the decoder dropped; an escape could spell a key without its plain name, so
+    a body with one takes the full check (as does any value that happens to look like a
+    field name). False means "not proven", not "repeated"."""
+    if b"\\u" in body:
+        return False
+    items: list[_In] = [*request.operations, *request.preconditions]
+    expected = {
+        b'"operations"': 1,
+        b'"preconditions"': int(b'"preconditions"' in body and bool(request.preconditions)),
+        b'"request_id"': int(request.request_id is not None),
+        b'"leader_id"': int(request.leader_id is not None),
+        b'"read_version"': int(request.read_version is not None),
+        b'"type"': len(items),
+        b'"key"': sum(hasattr(i, "key") for i in items),
+        b'"value"': sum(hasattr(i, "value") for i in items),
+        b'"begin"': sum(hasattr(i, "begin") for i in items),
+        b'"end"': sum(hasattr(i, "end") for i in items),
+        b'"version"': sum(getattr(i, "version", None) is not None for i in items),
+    }
+    return all(body.count(name) == count for name, count in expected.items())
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _refuse_repeats(pairs: list[tuple[str, object]]) -> None:
+    if len(pairs) > 1 and len({key for key, _ in pairs}) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+
+
+# The standard library's C scanner hands each object's (key, value) pairs to the hook before
+# anything merges them (and decodes escapes, so "\u0061" and "a" are one key). No dicts are
+# built: the hook returns None.
+_pairs_decoder = json.JSONDecoder(object_pairs_hook=_refuse_repeats)
 
 
 def duplicate_key(body: bytes) -> str | None:
     """The first key that appears twice in one object of a valid JSON document, else None.
-    A scan of tokens in C; keys with escapes (where two spellings can be one key) fall
-    back to a full parse."""
-    objects: list[set[bytes]] = []
-    for token in _TOKENS.finditer(body):
-        text = token.group()
-        if text == b"{":
-            objects.append(set())
-        elif text == b"}":
-            objects.pop()
-        elif token.group(1) is not None:
-            key = text[: text.rindex(b'"') + 1]
-            if b"\\" in key:
-                return _duplicate_key_slow(body)
-            if key in objects[-1]:
-                return key.decode()
-            objects[-1].add(key)
+    (msgspec, like most decoders, keeps the last of repeated keys without a word.)"""
+    try:
+        _pairs_decoder.decode(body.decode())
+    except _Repeated as e:
+        return json.dumps(e.args[0])
     return None
-
-
-def _duplicate_key_slow(body: bytes) -> str | None:
-    found: list[str] = []
-
-    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
-        keys = [k for k, _ in items]
-        found.extend(k for k in keys if keys.count(k) > 1)
-        return dict(items)
-
-    json.loads(body, object_pairs_hook=pairs)
-    return json.dumps(found[0]) if found else None
 
 
 def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:

@@ -145,6 +145,10 @@ class Hub:
         self.accepted_through = max(self.accepted_through, committed)
 
     def on_durable(self, message: DurableEvents) -> None:
+        if not self._durable:  # nobody to render for: only keep count of how far it got
+            if message.transactions:
+                self.durable_seen = max(self.durable_seen, message.transactions[-1].version)
+            return
         items = self._render(message.prev_version, message.transactions, self.durable_seen)
         if items:
             self.durable_seen = items[-1][0]
@@ -160,8 +164,12 @@ class Hub:
                 sub.close(CLOSED_GAP, flush=True)
             self._accepted.clear()
             self.accepted_seen = message.prev_version
-        items = self._render(message.prev_version, message.transactions, self.accepted_seen)
         self.accepted_through = max(self.accepted_through, message.resolved_through)
+        if not self._accepted:
+            if message.transactions:
+                self.accepted_seen = max(self.accepted_seen, message.transactions[-1].version)
+            return
+        items = self._render(message.prev_version, message.transactions, self.accepted_seen)
         if items:
             self.accepted_seen = items[-1][0]
             self._fan_out(self._accepted, items)

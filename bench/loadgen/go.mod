@@ -1,0 +1,3 @@
+module weaseldb/bench/loadgen
+
+go 1.22

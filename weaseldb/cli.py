@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -125,6 +126,7 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
     )
     label = f"{name}-{worker}" if name == "gateway" else name
     tracing.setup(label)
+    quiet_garbage_collector()
     try:
         return await run_stage(label, stage, app, sock, cfg.run_dir, cfg.gateway.request_timeout_s)
     finally:
@@ -132,6 +134,21 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
         if store is not None:
             await store.close()
         ring.close()
+
+
+#: Allocations between two young-generation collections (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def quiet_garbage_collector() -> None:
+    """Everything built at start (modules, apps, tables) lives as long as the process:
+    freezing it keeps every later collection from walking it again, and a larger young
+    generation makes collections rarer. Per commit the hot path makes short-lived objects
+    only, which reference counting frees, so this trades a little memory for fewer pauses
+    in the latency tail."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,9 @@ class _Section(BaseModel):
 
 class PersisterConfig(_Section):
     batch_timeout_ms: float = Field(1.0, gt=0)
-    """How long a batch may collect transactions while other batches are in flight."""
+    """The least time a batch collects transactions while other batches are in flight; it
+    waits up to the moving average of PUT latency, or until those PUTs are done (with
+    nothing in flight it goes out at once)."""
     batch_size_threshold: int = Field(MiB, gt=0)
     """Encoded bytes of transactions that close a batch at once (the last one may exceed it)."""
     max_in_flight_requests: int = Field(50, ge=1, le=MAX_IN_FLIGHT_LIMIT)

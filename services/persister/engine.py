@@ -1,8 +1,12 @@
 """The persister's write loop, with no transport: batching, in-flight limit, retries,
 fencing on 412, ordered release and drain (storage.md, "Writing batches").
 
-- A batch closes when it reaches `batch_size_threshold` bytes, or `batch_timeout_ms` after
-  its first entry; with nothing in flight the first available work goes out at once.
+- A batch goes out at once when nothing is in flight (an idle leader adds no delay), when it
+  reaches `batch_size_threshold` bytes, or when the PUTs in flight have all completed.
+  Otherwise it waits at most one PUT's time: the moving average of recent PUT latencies
+  (never less than `batch_timeout_ms`). Under load that is group commit, one batch taking
+  what arrived during the PUT before it, so PUTs per commit fall as the load grows; when
+  the store is slow, batches still overlap rather than queue.
 - The window rule (storage.md, "Recovery"): a new batch number is assigned only while it
   stays fewer than `max_in_flight_requests` numbers past the oldest batch not yet durable.
   A batch stuck in retries therefore holds back every newer one, not only the PUT count,
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from services.persister.leadership import OpenedTerm, now_ms, with_retries
@@ -43,6 +48,8 @@ from weaseldb.types import Deposed, WeaselError
 log = logging.getLogger("weaseldb.persister")
 
 ReleaseHandler = Callable[[list[Slot]], None]
+#: Weight of the newest PUT in the moving average of PUT latency.
+PUT_LATENCY_WEIGHT = 0.2
 #: Unreleased slots (batches and answer-only rounds) kept behind the oldest batch not yet
 #: durable before the engine stops taking input: rejected commits and status lookups keep
 #: arriving while a batch is stuck in retries, and their answers must wait for it.
@@ -93,6 +100,8 @@ class Engine:
         self._idle.set()
         self._capacity = asyncio.Event()
         self._capacity.set()
+        # Moving average of how long a successful PUT takes: how long a batch may wait.
+        self.put_seconds = config.batch_timeout_ms / 1000
         self.failure: BaseException | None = None
         self.failed = asyncio.Event()
         self.puts = 0
@@ -174,7 +183,8 @@ class Engine:
                 self._due = True
         elif self._timer is None:
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._config.batch_timeout_ms / 1000, self._on_timer)
+            wait = max(self._config.batch_timeout_ms / 1000, self.put_seconds)
+            self._timer = loop.call_later(wait, self._on_timer)
         self._update_capacity()
 
     def _on_timer(self) -> None:
@@ -226,7 +236,9 @@ class Engine:
         async def put() -> None:
             slot.attempts += 1
             self.puts += 1
+            started = time.monotonic()
             await self._store.put_if_absent(key, data)
+            self.put_seconds += PUT_LATENCY_WEIGHT * (time.monotonic() - started - self.put_seconds)
 
         try:
             try:

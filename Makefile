@@ -44,11 +44,14 @@ format: install
 tools:
 	WEASELDB_TOOLS=$(TOOLS_BIN) bash hack/tools.sh
 
-bench: install
-	$(PY) bench/bench_resolver.py --out bench/results/resolver.json
-	$(PY) bench/bench_commit.py --store dir
-	$(PY) bench/bench_commit.py --store s3 --no-peers
-	$(PY) bench/bench_recovery.py --store dir --counts 10,1000000
+## Benchmarks (performance.md): JSON and PNG under bench/results/, then the README table.
+bench: install tools
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_resolver.py --out bench/results/resolver.json
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_commit.py
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_subscribe.py
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_recovery.py --store dir --counts 10,1000000
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_stage_restart.py
+	$(PY) bench/report.py
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.
 -include operator/operator.mk

@@ -1,264 +1,165 @@
-"""Commit throughput and latency: WeaselDB against etcd and a no-op POST, in one run.
+"""Commits against etcd and a no-op POST, in one run, with one compiled load generator
+(performance.md P1, P2, P3, P4, P9).
 
-    .venv/bin/python bench/bench_commit.py [--store dir|s3] [--seconds 8] [--out FILE.json]
+    .venv/bin/python bench/bench_commit.py [--seconds 8] [--out bench/results/commit.json]
 
-Starts each system on loopback, drives it with the same closed-loop load generator
-(bench/loadgen.py) at several concurrencies, and writes JSON plus a PNG plot next to it.
-Workload (performance.md): a point_read of a key and a write of the same key; 16-byte keys
-from 100,000 (low contention), 100-byte values. etcd gets the equivalent txn:
-`compare MOD < R+1` (key unchanged since the newest revision R the client saw), then put.
+1. Closed loop at 1, 16, 64 and 256 connections: WeaselDB (directory store, fsync), etcd
+   (single member, default fsync) and the no-op POST on the commit route's HTTP stack (the
+   generator's own ceiling and P3's denominator).
+2. Open loop at 50 % of each system's best closed-loop throughput (P2: p99 there).
+3. WeaselDB on MinIO at 64 and 256 connections: object-store PUTs per 1,000 commits (P4).
+Writes JSON and a PNG (throughput and latency against connections) next to it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import json
 import os
-import random
-import shutil
-import subprocess
-import sys
-import tempfile
+import platform
 from pathlib import Path
+from typing import Any
 
-import httpx
-import orjson
+from systems import build_loadgen, etcd, load, noop, persister_counters, weaseldb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from loadgen import Result, WeaselWorkload, run
-
-from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
-from tests.support.minio import MinioServer, minio_binary
-from tests.support.waiting import http_ok, wait_for
-
-TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
-CONCURRENCY = [1, 4, 16, 64]
+CONNECTIONS = [1, 16, 64, 256]
+#: Connections for the open-loop runs: enough that the generator never waits for one.
+OPEN_LOOP_CONNECTIONS = 256
 
 
-class EtcdWorkload:
-    def __init__(self, keys: int, seed: int = 1) -> None:
-        rng = random.Random(seed)
-        self._keys = [base64.b64encode(rng.randbytes(16)).decode() for _ in range(keys)]
-        self._value = base64.b64encode(b"v" * 100).decode()
-        self._rng = rng
-        self.revision = 0
-
-    def body(self) -> bytes:
-        key = self._rng.choice(self._keys)
-        return orjson.dumps(
-            {
-                "compare": [
-                    {
-                        "key": key,
-                        "target": "MOD",
-                        "result": "LESS",
-                        "mod_revision": str(self.revision + 1),
-                    }
-                ],
-                "success": [{"request_put": {"key": key, "value": self._value}}],
-            }
-        )
-
-    def observe(self, answer: dict[str, object]) -> str:
-        header = answer.get("header")
-        if isinstance(header, dict):
-            self.revision = max(self.revision, int(header.get("revision", 0)))
-        return "committed" if answer.get("succeeded") else "not_committed"
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    wait_for(lambda: http_ok(url), timeout, url)
-
-
-def sweep(url: str, body, classify, seconds: float, levels=CONCURRENCY) -> list[Result]:  # type: ignore[no-untyped-def]
+def sweep(name: str, address: str, workload: str, seconds: float) -> list[Any]:
     results = []
-    for concurrency in levels:
-        result = asyncio.run(run(url, concurrency, seconds, body, classify))
-        print(f"  {url} c={concurrency}: {result.summary()}", flush=True)
+    for connections in CONNECTIONS:
+        result = load(address, workload, connections, seconds)
+        latency = result["latency_ms"]
+        print(
+            f"  {name:8s} c={connections:<4d} {result['per_second']:9.0f}/s  "
+            f"p50 {latency.get('p50', 0):7.2f} ms  p99 {latency.get('p99', 0):7.2f} ms  "
+            f"errors {result['errors']}",
+            flush=True,
+        )
         results.append(result)
     return results
 
 
-def persister_counters(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    wanted = ("weaseldb_persister_puts_total", "weaseldb_committed_version")
+def open_loop(name: str, address: str, workload: str, best: float, seconds: float) -> Any:
+    rate = round(best / 2)
+    result = load(address, workload, OPEN_LOOP_CONNECTIONS, seconds, rate=rate)
+    latency = result["latency_ms"]
+    print(f"  {name:8s} open loop at {rate}/s: p50 {latency['p50']} ms p99 {latency['p99']} ms")
+    return result
+
+
+def puts_per_commit(seconds: float) -> dict[str, float]:
+    """WeaselDB on MinIO: PUTs per 1,000 commits at 64 and 256 connections."""
+    found = {}
+    with weaseldb("s3") as db:
+        for connections in (64, 256):
+            before = persister_counters(db.metrics_url)
+            result = load(db.address, "weasel", connections, seconds)
+            after = persister_counters(db.metrics_url)
+            puts = after["weaseldb_persister_puts_total"] - before["weaseldb_persister_puts_total"]
+            commits = after["weaseldb_committed_version"] - before["weaseldb_committed_version"]
+            found[f"c{connections}"] = round(puts / commits * 1000, 1)
+            found[f"c{connections}_commits_per_s"] = round(result["per_second"])
+            print(
+                f"  MinIO    c={connections:<4d} {result['per_second']:9.0f}/s  "
+                f"{found[f'c{connections}']} PUTs per 1,000 commits"
+            )
+    return found
+
+
+def at(results: list[Any], connections: int) -> Any:
+    return next(r for r in results if r["connections"] == connections)
+
+
+def figures(
+    runs: dict[str, list[Any]], open_loops: dict[str, Any], s3: dict[str, float]
+) -> dict[str, float]:
+    weasel, peer, floor = runs["WeaselDB"], runs["etcd"], runs["no-op POST"]
     return {
-        name: float(value)
-        for name, value in (line.split(" ", 1) for line in text.splitlines() if " " in line)
-        if name in wanted
+        "P1_commits_per_s_at_64_weasel_over_etcd": round(
+            at(weasel, 64)["per_second"] / at(peer, 64)["per_second"], 3
+        ),
+        "P2_p99_at_half_max_weasel_over_etcd": round(
+            open_loops["WeaselDB"]["latency_ms"]["p99"] / open_loops["etcd"]["latency_ms"]["p99"], 3
+        ),
+        "P3_commit_over_noop_at_64": round(
+            at(weasel, 64)["per_second"] / at(floor, 64)["per_second"], 3
+        ),
+        "P3_commit_over_noop_best": round(
+            max(r["per_second"] for r in weasel) / max(r["per_second"] for r in floor), 3
+        ),
+        "P4_puts_per_1000_commits_minio_c64": s3["c64"],
+        "P4_puts_per_1000_commits_minio_c256": s3["c256"],
+        "P9_p50_at_1_weasel_over_etcd": round(
+            at(weasel, 1)["latency_ms"]["p50"] / at(peer, 1)["latency_ms"]["p50"], 3
+        ),
     }
 
 
-def bench_weasel(seconds: float, store: str, extra: dict[str, object]) -> list[Result]:
-    """Sweep the concurrencies; record PUTs per 1,000 commits during the last (saturated) one."""
-    run_dir = short_run_dir()
-    data = Path(tempfile.mkdtemp(prefix="wdb-bench-"))
-    minio = None
-    if store == "s3":
-        minio = MinioServer(minio_binary() or TOOLS / "minio", data_dir=data).start()
-        os.environ.update(minio.env)
-        url = minio.store_url(minio.new_bucket())
-    else:
-        url = f"dir:{data}"
-    cluster = ProcessSet(url, free_port_block(), run_dir).start()
-    try:
-        workload = WeaselWorkload(100_000)
-        commit_url = f"{cluster.url}/v1/commit"
-        results = sweep(commit_url, workload.body, workload.observe, seconds, CONCURRENCY[:-1])
-        before = persister_counters(cluster.port + 3)
-        results += sweep(commit_url, workload.body, workload.observe, seconds, CONCURRENCY[-1:])
-        after = persister_counters(cluster.port + 3)
-        puts = after["weaseldb_persister_puts_total"] - before["weaseldb_persister_puts_total"]
-        commits = after["weaseldb_committed_version"] - before["weaseldb_committed_version"]
-        extra["P4_puts_per_1000_commits_at_saturation"] = round(puts / commits * 1000, 1)
-        return results
-    finally:
-        cluster.stop()
-        if minio is not None:
-            minio.stop()
-        shutil.rmtree(data, ignore_errors=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def bench_etcd(seconds: float) -> list[Result] | None:
-    binary = TOOLS / "etcd"
-    if not binary.exists():
-        print("  etcd not built (make tools): skipped")
-        return None
-    data = Path(tempfile.mkdtemp(prefix="etcd-bench-"))
-    port = free_port_block(2)
-    client = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(binary),
-            "--data-dir",
-            str(data),
-            "--listen-client-urls",
-            client,
-            "--advertise-client-urls",
-            client,
-            "--listen-peer-urls",
-            f"http://127.0.0.1:{port + 1}",
-            "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{port + 1}",
-            "--initial-cluster",
-            f"default=http://127.0.0.1:{port + 1}",
-            "--log-level",
-            "error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_http(f"{client}/health")
-        workload = EtcdWorkload(100_000)
-        return sweep(f"{client}/v3/kv/txn", workload.body, workload.observe, seconds)
-    finally:
-        process.terminate()
-        process.wait(10)
-        shutil.rmtree(data, ignore_errors=True)
-
-
-def bench_noop(seconds: float) -> list[Result]:
-    port = free_port_block(1)
-    server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "noop_server.py"), str(port)]
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/docs")
-        workload = WeaselWorkload(100_000)
-        return sweep(f"http://127.0.0.1:{port}/noop", workload.body, lambda a: "ok", seconds)
-    finally:
-        server.terminate()
-        server.wait(10)
-
-
-def plot(results: dict[str, list[Result]], path: Path) -> None:
+def plot(runs: dict[str, list[Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for index, (name, series) in enumerate(results.items()):
+    for index, (name, series) in enumerate(runs.items()):
         color = f"C{index}"  # one colour per system in both panels
-        xs = [r.concurrency for r in series]
-        left.plot(xs, [r.throughput for r in series], marker="o", color=color, label=name)
-        if name != "noop POST":
-            right.plot(
-                xs, [r.percentile(99) for r in series], marker="o", color=color, label=f"{name} p99"
-            )
-            right.plot(
-                xs,
-                [r.percentile(50) for r in series],
-                marker=".",
-                linestyle="--",
-                color=color,
-                label=f"{name} p50",
-            )
+        xs = [r["connections"] for r in series]
+        left.plot(xs, [r["per_second"] for r in series], marker="o", color=color, label=name)
+        p99 = [r["latency_ms"]["p99"] for r in series]
+        p50 = [r["latency_ms"]["p50"] for r in series]
+        right.plot(xs, p99, marker="o", color=color, label=f"{name} p99")
+        right.plot(xs, p50, marker=".", linestyle="--", color=color, label=f"{name} p50")
     for axis, title, unit in ((left, "throughput", "requests/s"), (right, "latency", "ms")):
         axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent connections")
+        axis.set_xlabel("connections (closed loop)")
         axis.set_ylabel(unit)
         axis.set_title(title)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
+    right.set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def ratios(results: dict[str, list[Result]]) -> dict[str, float]:
-    weasel = results["WeaselDB"][-1]
-    out = {"weasel_commits_per_s_at_64": round(weasel.throughput, 1)}
-    noop = results.get("noop POST")
-    if noop:
-        out["P3_commit_over_noop"] = round(weasel.throughput / noop[-1].throughput, 3)
-    etcd = results.get("etcd")
-    if etcd:
-        out["P1_weasel_over_etcd_at_64"] = round(weasel.throughput / etcd[-1].throughput, 3)
-        out["etcd_commits_per_s_at_64"] = round(etcd[-1].throughput, 1)
-    return out
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument("--store", default="dir", choices=["dir", "s3"])
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--no-peers", action="store_true", help="WeaselDB only")
+    parser.add_argument("--out", default="bench/results/commit.json")
     args = parser.parse_args()
-    out = Path(args.out or f"bench/results/commit-{args.store}.json")
-    results: dict[str, list[Result]] = {}
-    extra: dict[str, object] = {}
-    print(f"WeaselDB ({'MinIO' if args.store == 's3' else 'directory store, fsync'}):", flush=True)
-    results["WeaselDB"] = bench_weasel(args.seconds, args.store, extra)
-    if args.no_peers:
-        write(results, extra, out)
-        return
-    print("etcd (single member, default fsync):", flush=True)
-    etcd = bench_etcd(args.seconds)
-    if etcd:
-        results["etcd"] = etcd
-    print("no-op POST (same HTTP stack):", flush=True)
-    results["noop POST"] = bench_noop(args.seconds)
-    write(results, extra, out)
-
-
-def write(results: dict[str, list[Result]], extra: dict[str, object], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
+    build_loadgen()
+    runs: dict[str, list[Any]] = {}
+    open_loops: dict[str, Any] = {}
+    print("WeaselDB (directory store, fsync), etcd (default fsync), no-op POST:", flush=True)
+    for name, system, workload in (
+        ("WeaselDB", weaseldb, "weasel"),
+        ("etcd", etcd, "etcd"),
+        ("no-op POST", noop, "noop"),
+    ):
+        with system() as running:
+            runs[name] = sweep(name, running.address, workload, args.seconds)
+            if name != "no-op POST":
+                best = max(r["per_second"] for r in runs[name])
+                open_loops[name] = open_loop(name, running.address, workload, best, args.seconds)
+    print("WeaselDB on MinIO:", flush=True)
+    s3 = puts_per_commit(args.seconds)
     summary = {
-        "machine": {"cpus": os.cpu_count()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "load_generator": "bench/loadgen (Go, one HTTP/1.1 keep-alive connection each)",
         "workload": "point_read + write of one key; 16-byte keys of 100,000; 100-byte values",
-        "results": {name: [r.summary() for r in series] for name, series in results.items()},
-        "ratios": {**ratios(results), **extra},
+        "closed_loop": runs,
+        "open_loop_at_half_max": open_loops,
+        "minio": s3,
+        "figures": figures(runs, open_loops, s3),
     }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
-    plot(results, out.with_suffix(".png"))
-    print(json.dumps(summary["ratios"], indent=2))
+    plot(runs, out.with_suffix(".png"))
+    print(json.dumps(summary["figures"], indent=2))
 
 
 if __name__ == "__main__":

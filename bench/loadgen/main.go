@@ -233,6 +233,10 @@ func main() {
 	rate := flag.Float64("rate", 0, "requests per second (0: closed loop)")
 	keyCount := flag.Int("keys", 100000, "distinct keys")
 	flag.Parse()
+	if *kind == "subscribe" {
+		subscribe(*addr, *connections, *warmup, *duration)
+		return
+	}
 
 	var w workload
 	switch *kind {
@@ -338,5 +342,65 @@ func main() {
 		r.LatencyMs[name] = float64(all[index].Microseconds()) / 1000
 	}
 	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+}
+
+// subscribe holds c change-stream subscriptions (GET /v1/subscribe) open for the duration
+// and counts the transaction events they receive, checking that each event's prev_version
+// is the version of the one before (no gap, no duplicate).
+func subscribe(addr string, connections int, warmup, duration time.Duration) {
+	type tally struct{ events, gaps int }
+	tallies := make([]tally, connections)
+	var started sync.WaitGroup
+	var wg sync.WaitGroup
+	stop := time.Now().Add(warmup + duration)
+	measureFrom := time.Now().Add(warmup)
+	for i := 0; i < connections; i++ {
+		wg.Add(1)
+		started.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			netc, err := net.Dial("tcp", addr)
+			if err != nil {
+				started.Done()
+				return
+			}
+			defer netc.Close()
+			netc.SetDeadline(stop)
+			fmt.Fprintf(netc, "GET /v1/subscribe HTTP/1.1\r\nHost: bench\r\n\r\n")
+			reader := bufio.NewReaderSize(netc, 256*1024)
+			started.Done()
+			var last uint64
+			for {
+				line, err := reader.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if !bytes.HasPrefix(line, []byte("data: {\"request_id\"")) {
+					continue
+				}
+				version := numberAfter(line, []byte(`"version":`))
+				prev := numberAfter(line, []byte(`"prev_version":`))
+				if last != 0 && prev != last {
+					tallies[i].gaps++
+				}
+				last = version
+				if time.Now().After(measureFrom) {
+					tallies[i].events++
+				}
+			}
+		}(i)
+	}
+	started.Wait()
+	wg.Wait()
+	total, gaps := 0, 0
+	for _, t := range tallies {
+		total += t.events
+		gaps += t.gaps
+	}
+	out, _ := json.Marshal(map[string]any{
+		"workload": "subscribe", "subscribers": connections, "seconds": duration.Seconds(),
+		"events": total, "events_per_second": float64(total) / duration.Seconds(), "gaps": gaps,
+	})
 	fmt.Println(string(out))
 }

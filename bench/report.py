@@ -1,0 +1,159 @@
+"""Regenerate the README's performance table from the JSON `make bench` wrote, so the table
+is never typed by hand.
+
+    .venv/bin/python bench/report.py [--readme README.md]
+
+Rewrites the part of the README between the two `bench:table` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("bench/results")
+BEGIN, END = "<!-- bench:table:begin -->", "<!-- bench:table:end -->"
+GOALS = {
+    "P1": ">= 1.0",
+    "P2": "<= 1.0",
+    "P3": ">= 0.8",
+    "P4": "<= 20",
+    "P5": "<= 1.5",
+    "P6": ">= 0.8",
+    "P7": ">= 1.0",
+    "P9": "<= 2.0",
+}
+
+
+def read(name: str) -> Any:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _closed(commit: Any, system: str, connections: int) -> Any:
+    return next(r for r in commit["closed_loop"][system] if r["connections"] == connections)
+
+
+def rows() -> list[tuple[str, str, str, str]]:
+    """(figure, what, measured, goal)"""
+    found: list[tuple[str, str, str, str]] = []
+    commit = read("commit.json")
+    if commit:
+        figures = commit["figures"]
+        w64, e64 = _closed(commit, "WeaselDB", 64), _closed(commit, "etcd", 64)
+        w1, e1 = _closed(commit, "WeaselDB", 1), _closed(commit, "etcd", 1)
+        noop64 = _closed(commit, "no-op POST", 64)
+        half_w, half_e = commit["open_loop_at_half_max"].values()
+        found += [
+            (
+                "P1",
+                "durable commits/s at 64 connections, WeaselDB / etcd",
+                f"{figures['P1_commits_per_s_at_64_weasel_over_etcd']} "
+                f"({w64['per_second']:,.0f} / {e64['per_second']:,.0f})",
+                GOALS["P1"],
+            ),
+            (
+                "P2",
+                "p99 at 50 % of each one's maximum, open loop, WeaselDB / etcd",
+                f"{figures['P2_p99_at_half_max_weasel_over_etcd']} "
+                f"({half_w['latency_ms']['p99']} ms / {half_e['latency_ms']['p99']} ms)",
+                GOALS["P2"],
+            ),
+            (
+                "P3",
+                "commits/s / no-op POSTs/s on the same stack, at 64 connections",
+                f"{figures['P3_commit_over_noop_at_64']} (no-op: {noop64['per_second']:,.0f}/s)",
+                GOALS["P3"],
+            ),
+            (
+                "P4",
+                "object-store PUTs per 1,000 commits on MinIO, at 64 / 256 connections",
+                f"{figures['P4_puts_per_1000_commits_minio_c64']} / "
+                f"{figures['P4_puts_per_1000_commits_minio_c256']}",
+                GOALS["P4"],
+            ),
+            (
+                "P9",
+                "p50 at 1 connection, WeaselDB / etcd",
+                f"{figures['P9_p50_at_1_weasel_over_etcd']} "
+                f"({w1['latency_ms']['p50']} ms / {e1['latency_ms']['p50']} ms)",
+                GOALS["P9"],
+            ),
+        ]
+    recovery = read("recovery-dir.json")
+    if recovery:
+        small, large = recovery["results"][0], recovery["results"][-1]
+        found.append(
+            (
+                "P5",
+                f"recovery with {large['batches']:,} batches / with {small['batches']:,}",
+                f"{recovery['P5_ratio_large_over_small']} ({large['recovery_ms_median']} ms / "
+                f"{small['recovery_ms_median']} ms)",
+                GOALS["P5"],
+            )
+        )
+    subscribe = read("subscribe.json")
+    if subscribe:
+        found.append(
+            (
+                "P6",
+                f"commits/s with {subscribe['subscribers']} live subscribers / with none",
+                f"{subscribe['P6_with_over_without']} "
+                f"({subscribe['events_per_s_delivered']:,} events/s delivered, "
+                f"{subscribe['gaps']} gaps)",
+                GOALS["P6"],
+            )
+        )
+    compaction = read("compaction.json")
+    if compaction and "P7" in json.dumps(compaction):
+        found.append(
+            (
+                "P7",
+                "compaction: operations/s, Spark local[2] / one process",
+                _p7(compaction),
+                GOALS["P7"],
+            )
+        )
+    restart = read("stage-restart.json")
+    if restart:
+        stages = restart["stages"]
+        slowest = max((max(times["first_commit_s"]), stage) for stage, times in stages.items())
+        found.append(
+            (
+                "-",
+                "one stage SIGKILLed and started alone: its start to the first commit",
+                f"at most {slowest[0]:.1f} s (the {slowest[1]})",
+                "seconds",
+            )
+        )
+    return sorted(found)
+
+
+def _p7(compaction: Any) -> str:
+    for key, value in compaction.items():
+        if key.startswith("P7"):
+            return str(value)
+    return "see bench/results/compaction.json"
+
+
+def table() -> str:
+    lines = ["| figure | what | measured | goal |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows()]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--readme", default="README.md")
+    args = parser.parse_args()
+    readme = Path(args.readme)
+    text = readme.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    readme.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
+    print(table())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""What the benchmarks start and how they drive it: WeaselDB, etcd and the no-op server on
+loopback, MinIO for the S3 runs, and the compiled load generator (bench/loadgen)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # noqa: E402
+from tests.support.minio import MinioServer, minio_binary  # noqa: E402
+from tests.support.waiting import http_ok, wait_for  # noqa: E402
+
+TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
+LOADGEN = TOOLS / "loadgen"
+
+
+def build_loadgen() -> Path:
+    """Build bench/loadgen (Go, standard library only) when its source is newer."""
+    source = REPO / "bench" / "loadgen"
+    newest = max(p.stat().st_mtime for p in source.iterdir())
+    if not LOADGEN.exists() or LOADGEN.stat().st_mtime < newest:
+        LOADGEN.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["go", "build", "-o", str(LOADGEN), "."], cwd=source, check=True)
+    return LOADGEN
+
+
+def load(address: str, workload: str, connections: int, seconds: float, rate: float = 0) -> Any:
+    """One run of the load generator; its JSON result."""
+    command = [str(LOADGEN), "-addr", address, "-workload", workload, "-c", str(connections)]
+    command += ["-d", f"{seconds}s", "-rate", str(rate)]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+@dataclass
+class Running:
+    address: str  # host:port the load goes to
+    metrics_url: str = ""  # the persister's metrics, for WeaselDB
+
+
+@contextlib.contextmanager
+def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Running]:
+    """A `weaseldb up` set on a directory store (fsync) or on a MinIO of its own."""
+    data = Path(tempfile.mkdtemp(prefix="wdb-bench-"))
+    run_dir = short_run_dir()
+    minio = None
+    if store == "s3":
+        binary = minio_binary() or TOOLS / "minio"
+        minio = MinioServer(binary, data_dir=data).start()
+        os.environ.update(minio.env)
+        url = minio.store_url(minio.new_bucket())
+    else:
+        url = f"dir:{data}"
+    cluster = ProcessSet(url, free_port_block(), run_dir, extra=extra or []).start()
+    try:
+        yield Running(f"127.0.0.1:{cluster.port}", f"http://127.0.0.1:{cluster.port + 3}/metrics")
+    finally:
+        cluster.stop()
+        if minio is not None:
+            minio.destroy()
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def etcd() -> Iterator[Running]:
+    """etcd (the one `make tools` builds), single member, default fsync."""
+    data = Path(tempfile.mkdtemp(prefix="etcd-bench-"))
+    port = free_port_block(2)
+    client, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    process = subprocess.Popen(
+        [
+            str(TOOLS / "etcd"),
+            *("--data-dir", str(data), "--listen-client-urls", client),
+            *("--advertise-client-urls", client, "--listen-peer-urls", peer),
+            *("--initial-advertise-peer-urls", peer, "--initial-cluster", f"default={peer}"),
+            *("--log-level", "error"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: http_ok(f"{client}/health"), 30, "etcd")
+        yield Running(f"127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def noop() -> Iterator[Running]:
+    """A no-op POST on the commit route's HTTP stack (bench/noop_server.py)."""
+    port = free_port_block(1)
+    server = subprocess.Popen([sys.executable, str(REPO / "bench" / "noop_server.py"), str(port)])
+    try:
+        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/noop"), 30, "no-op server")
+        yield Running(f"127.0.0.1:{port}")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.post(url, content=b"{}", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def persister_counters(metrics_url: str) -> dict[str, float]:
+    wanted = ("weaseldb_persister_puts_total", "weaseldb_committed_version")
+    text = httpx.get(metrics_url).text
+    return {
+        name: float(value)
+        for name, value in (line.split(" ", 1) for line in text.splitlines() if " " in line)
+        if name in wanted
+    }

@@ -105,6 +105,10 @@ class GatewayConfig(_Section):
     that client alone is disconnected."""
     checkpoint_interval_s: float = Field(1.0, gt=0)
     """An idle change stream gets a ``checkpoint`` event this often."""
+    subscriber_linger_s: float = Field(0.01, ge=0)
+    """A live change stream sends what gathered at most this often (per subscriber), so a
+    burst of rounds costs one wake-up and one write, not one per round. 0 sends each round
+    at once."""
     keepalive_interval_s: float = Field(30.0, gt=0)
     """A change stream gets a ``: keepalive`` comment line this often."""
     store_pool_size: int = Field(10, ge=1)

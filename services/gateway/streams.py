@@ -211,6 +211,7 @@ class ChangeStreams:
     async def _pump(self, sub: Subscriber, send: Send) -> None:
         interval = self._config.gateway.checkpoint_interval_s
         keepalive = self._config.gateway.keepalive_interval_s
+        linger = self._config.gateway.subscriber_linger_s
         loop = asyncio.get_running_loop()
         next_keepalive = loop.time() + keepalive
         checkpoint = True  # one right away, so a client learns where live starts
@@ -232,8 +233,16 @@ class ChangeStreams:
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
                 return
+            if data and linger:
+                # Let the next rounds gather: one wake-up and one write per subscriber per
+                # `linger`, not per round (the cost of many subscribers is per wake-up).
+                await asyncio.sleep(linger)
+                if sub.pending_bytes:
+                    checkpoint = False
+                    continue
             try:
-                await asyncio.wait_for(sub.wake.wait(), min(interval, next_keepalive - now))
+                async with asyncio.timeout(min(interval, next_keepalive - now)):
+                    await sub.wake.wait()
                 checkpoint = False
             except TimeoutError:
                 checkpoint = True

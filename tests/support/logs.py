@@ -1,0 +1,59 @@
+"""Batch logs made by hand for the compaction and GC tests: terms, void batches, any
+operations, written through the real batch format into any blob store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from weaseldb import batchfile, layout
+from weaseldb.batchfile import Batch, Transaction
+from weaseldb.blobstore import BlobStore
+from weaseldb.protocol import Operation
+from weaseldb.types import NUMBER_TOP
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """One batch: its term ordinal (0 = first term) and its transactions' operations."""
+
+    term: int
+    transactions: Sequence[Sequence[Operation]] = ()
+
+
+def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> list[Batch]:
+    """Batches numbered down from `first_number`. Versions follow the persister's rule: a
+    batch continues from the last version of the newest batch before it that is valid so
+    far, so void batches reuse versions a valid batch also uses (as a deposed leader's
+    late writes would)."""
+    batches: list[Batch] = []
+    last_version = 0
+    newest_term = NUMBER_TOP + 1
+    for i, spec in enumerate(specs):
+        term = NUMBER_TOP - spec.term
+        base = last_version
+        txs = [
+            Transaction(version=base + j + 1, request_id=f"r-{i}-{j}", timestamp_ms=0,
+                        operations=list(ops))
+            for j, ops in enumerate(spec.transactions)
+        ]  # fmt: skip
+        batch = Batch(
+            format=batchfile.FORMAT_VERSION,
+            batch=first_number - i,
+            term=term,
+            leader_id=f"leader-{spec.term}",
+            first_version=base + 1,
+            last_version=base + len(txs),
+            created_at_ms=0,
+            transactions=txs,
+        )
+        batches.append(batch)
+        if term <= newest_term:  # valid: the log goes on from here
+            newest_term = term
+            last_version = batch.last_version
+    return batches
+
+
+async def write_log(store: BlobStore, batches: Sequence[Batch]) -> None:
+    for batch in batches:
+        await store.put_if_absent(layout.batch_key(batch.batch), batchfile.encode(batch))

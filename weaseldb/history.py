@@ -89,4 +89,3 @@ async def log_after(
             if tx.version > after:
                 yield prev, batch.leader_id, tx
             prev = tx.version
-

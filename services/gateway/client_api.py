@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
+import msgspec
 from prometheus_client import Counter, Gauge
 from starlette.types import Receive, Scope, Send
 
@@ -23,7 +23,7 @@ from services.gateway import status as status_logic
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.requests import BadRequest
 from services.gateway.subscriptions import CLOSED_SLOW, Hub, Subscriber
-from weaseldb import history, layout
+from weaseldb import history, layout, manifest
 from weaseldb.blobstore import BlobStore, NotFound
 from weaseldb.config import Config
 from weaseldb.protocol import (
@@ -310,11 +310,12 @@ class ClientApi:
     # Snapshots
 
     async def snapshots(self) -> list[dict[str, Any]]:
-        keys = [k for k in await _list_all(self.store, layout.SNAPSHOTS) if k.endswith(".manifest")]
+        """Published snapshots, newest first (manifests are checksum-verified)."""
         found = []
-        for key in sorted(keys, reverse=True):
-            with contextlib.suppress(NotFound):
-                found.append(retention.snapshot_entry(orjson.loads(await self.store.get(key))))
+        for version in reversed(await manifest.manifest_versions(self.store)):
+            with contextlib.suppress(NotFound):  # garbage-collected since the LIST
+                published = await manifest.read(self.store, version)
+                found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
         return found
 
 

@@ -19,7 +19,7 @@ from weaseldb import manifest
 from weaseldb.batchfile import Batch
 from weaseldb.blobstore import open_store
 from weaseldb.fold import reference_fold
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.protocol import Delete, RangeDelete, Write
 from weaseldb.validity import valid_flags
 from weaseldb_compaction import job
 

@@ -52,6 +52,10 @@ def compact(
         session.check_java()
     except session.SparkSetupError as e:
         raise ConfigError(str(e)) from e
+    try:
+        session.parquet_place(store_url)
+    except session.SparkSetupError as e:
+        raise ConfigError(str(e)) from e
     check_store(store_url)
     if store_url.startswith("s3://") and not session.s3a_jars():
         raise ConfigError(

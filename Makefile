@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS_BIN ?= $(HOME)/.cache/weaseldb/bin
 PYTEST_ARGS ?=
+# P7 (compaction): operations in the benchmark log.
+COMPACTION_OPS ?= 10000000
 
 .PHONY: install run test test-fast lint format tools bench clean
 
@@ -40,15 +42,17 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-## Build MinIO, etcd, kube-apiserver, kubectl and helm once into $(TOOLS_BIN).
-tools:
-	WEASELDB_TOOLS=$(TOOLS_BIN) bash hack/tools.sh
+## Build MinIO, etcd, kube-apiserver, kubectl and helm once into $(TOOLS_BIN), and fetch
+## the S3A jars for the compaction job into ~/.cache/weaseldb/s3a-jars (needs the venv).
+tools: install
+	WEASELDB_TOOLS=$(TOOLS_BIN) WEASELDB_PYTHON=$(abspath $(PY)) bash hack/tools.sh
 
 bench: install
 	$(PY) bench/bench_resolver.py --out bench/results/resolver.json
 	$(PY) bench/bench_commit.py --store dir
 	$(PY) bench/bench_commit.py --store s3 --no-peers
 	$(PY) bench/bench_recovery.py --store dir --counts 10,1000000
+	$(PY) bench/bench_compaction.py --operations $(COMPACTION_OPS)
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.
 -include operator/operator.mk

@@ -96,7 +96,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from weaseldb import compaction_cli
+    try:
+        from weaseldb_compaction import cli as compaction_cli
+    except ImportError as e:
+        raise ConfigError(f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'") from e
 
     store = _up_overrides(
         argparse.Namespace(

@@ -244,9 +244,11 @@ def _written_files(d: _Driver, location: str) -> list[SnapshotFile]:
 
 
 def _file_sizes(spark: SparkSession, url: str) -> dict[str, int]:
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark session has no JVM (stopped?)")
     path = jvm.org.apache.hadoop.fs.Path(url)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return {
         str(s.getPath().getName()): int(s.getLen())
         for s in fs.listStatus(path)

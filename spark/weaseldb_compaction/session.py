@@ -80,7 +80,7 @@ def s3a_settings(query: dict[str, str]) -> dict[str, str]:
 def use_store(spark: SparkSession, place: ParquetPlace) -> None:
     """Point this session's Hadoop configuration at the store (per run: tests share one
     session across stores)."""
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in place.hadoop.items():
         hadoop.set(key, value)
         spark.conf.set(key, value)
@@ -136,6 +136,6 @@ def configure_job(spark: SparkSession) -> None:
     """Settings every run needs, whatever started the session."""
     spark.conf.set("spark.sql.parquet.compression.codec", "zstd")
     spark.conf.set("spark.sql.files.maxRecordsPerFile", "0")
-    spark.sparkContext._jsc.hadoopConfiguration().set(  # type: ignore[union-attr]
+    spark.sparkContext._jsc.hadoopConfiguration().set(
         "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
     )

@@ -127,11 +127,11 @@ def test_threshold_creates_one_application_and_status_follows_it(
     assert body["status"]["lastCompaction"]["outcome"] == "Failed"
 
     # The next minute's slot runs again (the threshold is still met), one at a time.
-    second = eventually(
-        lambda: (found := apps(control_plane, namespace, "eager")) and len(found) == 2 and found[1],
-        90,
-        "second run",
-    )
+    def second_run() -> dict[str, Any] | None:
+        found = apps(control_plane, namespace, "eager")
+        return found[1] if len(found) == 2 else None
+
+    second = eventually(second_run, 90, "second run")
     assert len(running(apps(control_plane, namespace, "eager"))) == 1
     publish_snapshot(store_url, 3)
     move(control_plane, namespace, second["metadata"]["name"], "COMPLETED")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from weaseldb import batchfile, layout
 from weaseldb.batchfile import Batch, Transaction
 from weaseldb.blobstore import BlobStore
-from weaseldb.protocol import Operation
+from weaseldb.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.types import NUMBER_TOP
 
 
@@ -57,3 +57,44 @@ def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> 
 async def write_log(store: BlobStore, batches: Sequence[Batch]) -> None:
     for batch in batches:
         await store.put_if_absent(layout.batch_key(batch.batch), batchfile.encode(batch))
+
+
+def synthetic_log(
+    operations: int,
+    *,
+    per_batch: int = 1000,
+    per_transaction: int = 10,
+    keys: int = 100_000,
+    value_bytes: int = 100,
+    seed: int = 1,
+) -> list[Batch]:
+    """A log of about `operations` operations: 16-byte keys drawn from `keys`, mostly
+    writes, 5 % deletes, 0.1 % range deletes over a few hundred keys, and one leader
+    change in the middle whose deposed leader leaves three void batches behind."""
+    import random
+
+    rng = random.Random(seed)
+    value = rng.randbytes(value_bytes)
+
+    def key(i: int) -> bytes:
+        return b"key-%012d" % i
+
+    def op() -> Operation:
+        roll = rng.random()
+        if roll < 0.001:
+            start = rng.randrange(keys)
+            return RangeDelete(key(start), key(start + rng.randint(1, 300)))
+        if roll < 0.051:
+            return Delete(key(rng.randrange(keys)))
+        return Write(key(rng.randrange(keys)), value)
+
+    batch_count = max(1, operations // per_batch)
+    per_batch_tx = max(1, per_batch // per_transaction)
+    specs: list[BatchSpec] = []
+    for i in range(batch_count):
+        term = 0 if i < batch_count // 2 else 1
+        txs = [[op() for _ in range(per_transaction)] for _ in range(per_batch_tx)]
+        specs.append(BatchSpec(term, txs))
+        if i == batch_count // 2:  # the deposed leader's late writes: void
+            specs += [BatchSpec(0, [[op() for _ in range(per_transaction)]]) for _ in range(3)]
+    return build_log(specs)

@@ -44,10 +44,8 @@ def compact(
     gc_grace_s: float,
     driver_memory: str,
 ) -> int:
-    try:
-        from weaseldb_compaction import job, session
-    except ImportError as e:
-        raise ConfigError(f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'") from e
+    from weaseldb_compaction import job, session
+
     try:
         session.check_java()
     except session.SparkSetupError as e:

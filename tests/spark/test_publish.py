@@ -137,3 +137,34 @@ def test_fetch_verifies_checksums() -> None:
     with pytest.raises(CorruptObject, match="checksum"):
         list(fetch.record_batches(url, [0]))
     assert batchfile.MAGIC  # the same decoder the services use
+
+
+def test_snapshot_queries_as_docs_show(spark: SparkSession) -> None:
+    """docs/api.md, "Bootstrapping a reader": pyarrow and DuckDB over the manifest's files."""
+    import json
+
+    import duckdb
+    import pyarrow.parquet as pq
+
+    url = make_store(30)
+    outcome = job.run(spark, job.Options(url), quiet)
+    assert outcome.manifest is not None
+    root = url.removeprefix("dir:")
+    with open(f"{root}/snapshots/{outcome.manifest.version:020d}.manifest") as f:
+        published = json.load(f)
+    files = [f"{root}/{f['path']}" for f in published["files"]]
+    table = pq.read_table(files)
+    state = dict(
+        zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
+    )
+    assert len(state) == outcome.manifest.keys == 28  # k000 and k001 range-deleted
+    found = duckdb.sql(
+        "SELECT count(*) AS keys, max(version) AS newest FROM read_parquet($files)",
+        params={"files": files},
+    ).fetchall()
+    assert found == [(28, outcome.manifest.version - 1)]
+    in_range = duckdb.sql(
+        "SELECT key, value FROM read_parquet($files) WHERE key >= 'k010' AND key < 'k012'",
+        params={"files": files},
+    ).fetchall()
+    assert in_range == [(b"k010", b"v10"), (b"k011", b"v11")]

@@ -33,9 +33,6 @@ Stamp = tuple[int, int]
 #: later version, which is all the folded batches hold.
 SNAPSHOT_INDEX = -1
 
-#: key -> (value, version of the write that set it)
-State = SortedDict
-
 
 def reference_fold(
     previous: Iterable[tuple[bytes, bytes, int]], transactions: Iterable[Transaction]

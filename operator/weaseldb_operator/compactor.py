@@ -11,10 +11,12 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
+
 from weaseldb.blobstore import BlobError
 from weaseldb_operator import compaction
-from weaseldb_operator.conditions import Condition, Type
-from weaseldb_operator.kube import Kube, path_for
+from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.spec import Database
 from weaseldb_operator.storage import Stores, snapshot_lag
 
@@ -38,7 +40,21 @@ class CompactionLoop:
     async def observe(
         self, db: Database, body: dict[str, Any]
     ) -> tuple[list[Condition], dict[str, Any]]:
-        """Conditions and status fields to write (empty when nothing changes)."""
+        """Conditions and status fields to write (empty when nothing changes). A failing
+        Kubernetes call is reported in the condition; it never stops the observer."""
+        try:
+            return await self._observe(db, body)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning("%s/%s: compaction: %s", db.namespace, db.name, e)
+            message = f"cannot list or create SparkApplications: {e}"
+            unavailable = Condition(
+                Type.COMPACTION_HEALTHY, "Unknown", Reason.SPARK_UNAVAILABLE, message[:1000]
+            )
+            return [unavailable], {}
+
+    async def _observe(
+        self, db: Database, body: dict[str, Any]
+    ) -> tuple[list[Condition], dict[str, Any]]:
         spec = db.compaction
         if spec is None:
             return [], {}

@@ -37,6 +37,7 @@ class Reason(StrEnum):
     NO_COMPACTION_YET = "NoCompactionYet"
     COMPACTION_SUCCEEDED = "CompactionSucceeded"
     COMPACTION_FAILED = "CompactionFailed"
+    SPARK_UNAVAILABLE = "SparkUnavailable"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
@@ -186,6 +187,13 @@ ROWS: tuple[Row, ...] = (
         Reason.COMPACTION_FAILED,
         COMPACTOR,
         "The newest SparkApplication failed; the message has its state and error.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "Unknown",
+        Reason.SPARK_UNAVAILABLE,
+        COMPACTOR,
+        "SparkApplications cannot be listed or created (is the Spark operator installed?).",
     ),
 )
 

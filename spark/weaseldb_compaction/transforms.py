@@ -10,7 +10,7 @@ covers its key (weaseldb.fold.RangeFragments, one binary search per key).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark import Broadcast
@@ -91,7 +91,10 @@ def live_writes(newest: DataFrame, fragments: Broadcast[RangeFragments] | None) 
     return writes.select(*SNAPSHOT_COLUMNS)
 
 
-def _drop_covered(fragments: Broadcast[RangeFragments]):  # type: ignore[no-untyped-def]
+ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def _drop_covered(fragments: Broadcast[RangeFragments]) -> ArrowMap:
     def drop(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cuts = fragments.value
         for batch in batches:

@@ -158,13 +158,13 @@ def test_snapshot_queries_as_docs_show(spark: SparkSession) -> None:
         zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
     )
     assert len(state) == outcome.manifest.keys == 28  # k000 and k001 range-deleted
-    found = duckdb.sql(
+    found = duckdb.execute(
         "SELECT count(*) AS keys, max(version) AS newest FROM read_parquet($files)",
-        params={"files": files},
+        {"files": files},
     ).fetchall()
     assert found == [(28, outcome.manifest.version - 1)]
-    in_range = duckdb.sql(
+    in_range = duckdb.execute(
         "SELECT key, value FROM read_parquet($files) WHERE key >= 'k010' AND key < 'k012'",
-        params={"files": files},
+        {"files": files},
     ).fetchall()
     assert in_range == [(b"k010", b"v10"), (b"k011", b"v11")]

@@ -82,12 +82,16 @@ def due(
     created_at: datetime.datetime,
     apps: Iterable[dict[str, Any]],
     batches_since_snapshot: int | None,
+    recorded_slot: str | None = None,
 ) -> Due | None:
-    """The slot to run now, or None (nothing due, or a run is still going)."""
+    """The slot to run now, or None (nothing due, or a run is still going).
+    `recorded_slot` is status.lastCompaction.slot: it stays taken after its
+    SparkApplication expired (timeToLiveSeconds)."""
     apps = list(apps)
     if any(not is_finished(a) for a in apps):
         return None
     taken = {(a["metadata"].get("labels") or {}).get(SLOT_LABEL) for a in apps}
+    taken.add(recorded_slot)
     if compaction.schedule:
         slot = scheduled_slot(compaction.schedule, now, created_at)
         if slot is not None and slot not in taken:

@@ -63,8 +63,14 @@ class CompactionLoop:
         version, lag = await self._snapshot_lag(db)
         now = datetime.datetime.now(datetime.UTC)
         created_at = _parse(body["metadata"].get("creationTimestamp"))
+        recorded = ((body.get("status") or {}).get("lastCompaction") or {}).get("slot")
         wanted = compaction.due(
-            spec, now=now, created_at=created_at, apps=apps, batches_since_snapshot=lag
+            spec,
+            now=now,
+            created_at=created_at,
+            apps=apps,
+            batches_since_snapshot=lag,
+            recorded_slot=recorded,
         )
         if wanted is not None:
             app = compaction.spark_application_for(db, spec, wanted.slot)

@@ -80,6 +80,14 @@ def test_due(
     assert (found.slot if found else None) == slot
 
 
+def test_a_recorded_slot_is_not_run_again_after_its_application_expired() -> None:
+    found = compaction.due(
+        NIGHTLY, now=at(9, 0), created_at=CREATED, apps=[], batches_since_snapshot=None,
+        recorded_slot="c202601010300",
+    )  # fmt: skip
+    assert found is None
+
+
 def test_spark_application_shape() -> None:
     db = database_from(
         body(image="weaseldb-spark:1", schedule="*/5 * * * *", executors=3,

@@ -3,7 +3,7 @@ job on local[2] and by the single-process reference fold, on the same log, in on
 
     .venv/bin/python bench/bench_compaction.py --operations 10000000
 
-Fills a directory store with a synthetic log (16-byte keys from 1,000,000, 100-byte
+Fills a directory store with a synthetic log (16-byte keys from 1,000,000, random 100-byte
 values, 5 % deletes, 0.1 % range deletes, 1,000 operations per batch), then times
 - reference: one process reads the batches (16 reads in flight), decodes them, folds them
   with `weaseldb.fold.reference_fold` and writes the snapshot as zstd Parquet (pyarrow);
@@ -41,7 +41,7 @@ from weaseldb.types import NUMBER_TOP
 PER_BATCH, PER_TX, KEYS = 1000, 10, 1_000_000
 
 
-def operations(rng: random.Random, value: bytes) -> Iterator[Operation]:
+def operations(rng: random.Random) -> Iterator[Operation]:
     while True:
         roll = rng.random()
         if roll < 0.001:
@@ -50,14 +50,14 @@ def operations(rng: random.Random, value: bytes) -> Iterator[Operation]:
         elif roll < 0.051:
             yield Delete(b"key-%012d" % rng.randrange(KEYS))
         else:
-            yield Write(b"key-%012d" % rng.randrange(KEYS), value)
+            yield Write(b"key-%012d" % rng.randrange(KEYS), rng.randbytes(100))
 
 
 def fill(root: Path, total: int) -> int:
     """Write the log straight into the store's layout (setup speed); returns its bytes."""
     store = DirectoryStore(root)
     rng = random.Random(7)
-    source = operations(rng, rng.randbytes(100))
+    source = operations(rng)
     size, version = 0, 0
     for i in range(total // PER_BATCH):
         txs = []

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
-from pyspark import StorageLevel
+from pyspark import Broadcast, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from weaseldb import gc, history, logstart, manifest
 from weaseldb.blobstore import AlreadyExists, BlobStore, open_store
+from weaseldb.fold import RangeFragments
 from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.validity import Seed
 from weaseldb_compaction import plan, transforms
@@ -141,7 +142,9 @@ def _fold_and_publish(
 ) -> Outcome:
     parallelism = d.spark.sparkContext.defaultParallelism
     partitions = min(len(numbers), max(2 * parallelism, math.ceil(len(numbers) / BATCHES_PER_TASK)))
-    ordinals = transforms.batch_ordinals(d.spark, [plan.seq_of(n) for n in numbers], partitions)
+    ordinals = transforms.batch_ordinals(
+        d.spark, plan.seq_of(numbers[0]), plan.seq_of(numbers[-1]), partitions
+    )
     decoded = transforms.decode_batches(ordinals, d.options.store_url)
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -180,14 +183,15 @@ def _write_and_publish(
     location = gc.run_location(target.version, run_id)
     started = gc.RunStarted(run_id, target.version, time.time())
     d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
-    snapshot = _fold(d, decoded, previous, target)
+    writes, fragments = _fold(d, decoded, previous, target)
     files = max(
         1, math.ceil((target.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES)
     )
-    transforms.for_parquet(snapshot, files).write.mode("errorifexists").parquet(
-        d.place.url(location)
-    )
-    written = _written_files(d, location)
+    stats = d.spark.sparkContext.accumulator([], transforms.StatsParam())
+    ordered = transforms.for_parquet(writes, files)
+    rows = transforms.snapshot_rows(ordered, fragments, stats)
+    rows.write.mode("errorifexists").parquet(d.place.url(location))
+    written = _written_files(d, location, stats.value)
     result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
     d.progress(f"wrote {len(written)} Parquet files: {result.keys} keys, {result.bytes} bytes")
     try:
@@ -208,7 +212,9 @@ def _write_and_publish(
 
 def _fold(
     d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
-) -> DataFrame:
+) -> tuple[DataFrame, Broadcast[RangeFragments] | None]:
+    """The newest write per key (range deletes not yet applied) and the range-delete
+    fragments to apply while writing."""
     ops = transforms.valid_operations(decoded, target.last_seq, target.void_seqs)
     points = ops.filter(F.col("op") != RANGE_DELETE).select(*transforms.POINT_COLUMNS)
     if previous is not None and previous.files:
@@ -217,30 +223,33 @@ def _fold(
         points = points.unionByName(transforms.snapshot_as_writes(old))
     cuts = [(r.begin, r.end, r.version, r.idx) for r in transforms.range_cuts(ops).collect()]
     fragments = transforms.fragments_from(cuts)
-    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
     if cuts:
         d.progress(f"{len(cuts)} range deletes -> {len(fragments)} disjoint fragments")
-    return transforms.live_writes(transforms.newest_point_operations(points), shared)
+    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
+    return transforms.live_writes(transforms.newest_point_operations(points)), shared
 
 
-def _written_files(d: _Driver, location: str) -> list[SnapshotFile]:
-    """Path, size, rows and key range of every Parquet file the run wrote."""
-    url = d.place.url(location)
-    sizes = _file_sizes(d.spark, url)
-    stats = transforms.file_stats(d.spark.read.schema(SNAPSHOT_SCHEMA).parquet(url)).collect()
+def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:
+    """Path, size, rows and key range of every Parquet file the run wrote. Spark names a
+    task's file `part-<partition id>-...`; the rows and key range come from that task. A
+    file no task reported rows for is empty (Spark writes one when nothing is left): it is
+    not listed."""
+    sizes = _file_sizes(d.spark, d.place.url(location))
+    by_partition = {f"part-{pid:05d}-": (rows, first, last) for pid, rows, first, last in stats}
     files = []
-    for row in stats:
-        name = str(row.file).rsplit("/", 1)[-1]
+    for name, size in sorted(sizes.items()):
+        found = [v for prefix, v in by_partition.items() if name.startswith(prefix)]
+        if not found:
+            continue
+        if len(found) > 1:
+            raise CompactionError(f"{location}{name}: ambiguous row statistics")
+        rows, first, last = found[0]
         files.append(
-            SnapshotFile(
-                path=location + name,
-                size=sizes[name],
-                rows=int(row.rows),
-                min_key=manifest.b64(bytes(row.min_key)),
-                max_key=manifest.b64(bytes(row.max_key)),
-            )
+            SnapshotFile(location + name, size, rows, manifest.b64(first), manifest.b64(last))
         )
-    return sorted(files, key=lambda f: f.path)
+    if sum(f.rows for f in files) != sum(s[1] for s in stats):
+        raise CompactionError(f"{location}: files and row statistics disagree")
+    return files
 
 
 def _file_sizes(spark: SparkSession, url: str) -> dict[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
-from pyspark import Broadcast
+from pyspark import Accumulator, AccumulatorParam, Broadcast, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -24,11 +24,10 @@ SNAPSHOT_COLUMNS = ["key", "value", "version"]
 POINT_COLUMNS = ["key", "value", "op", "version", "idx"]
 
 
-def batch_ordinals(spark: SparkSession, seqs: list[int], partitions: int) -> DataFrame:
-    """One row per batch to read, spread over `partitions` for the parallel fetch."""
-    return spark.createDataFrame([(s,) for s in seqs], "seq long").repartition(
-        max(1, partitions), "seq"
-    )
+def batch_ordinals(spark: SparkSession, first: int, last: int, partitions: int) -> DataFrame:
+    """One row per batch to read (ordinals first..last: the run is gapless), in
+    `partitions` slices for the parallel fetch; no Python and no shuffle."""
+    return spark.range(first, last + 1, 1, max(1, partitions)).withColumnRenamed("id", "seq")
 
 
 def decode_batches(ordinals: DataFrame, store_url: str) -> DataFrame:
@@ -83,43 +82,63 @@ def fragments_from(rows: list[tuple[bytes, bytes, int, int]]) -> RangeFragments:
     return RangeFragments(RangeCut(bytes(b), bytes(e), (v, i)) for b, e, v, i in rows)
 
 
-def live_writes(newest: DataFrame, fragments: Broadcast[RangeFragments] | None) -> DataFrame:
-    """The surviving writes: (key, value, version)."""
-    writes = newest.filter(F.col("op") == fetch.WRITE)
-    if fragments is not None:
-        writes = writes.mapInArrow(_drop_covered(fragments), writes.schema)
-    return writes.select(*SNAPSHOT_COLUMNS)
+def live_writes(newest: DataFrame) -> DataFrame:
+    """The newest point operation per key, where it is a write: (key, value, version, idx)."""
+    return newest.filter(F.col("op") == fetch.WRITE).select("key", "value", "version", "idx")
+
+
+def for_parquet(writes: DataFrame, files: int) -> DataFrame:
+    """Range-partitioned and sorted by key: file i holds keys below file i+1's."""
+    return writes.repartitionByRange(max(1, files), "key").sortWithinPartitions("key")
+
+
+#: Per written partition: (partition id, rows, first key, last key).
+FileStats = list[tuple[int, int, bytes, bytes]]
+
+
+class StatsParam(AccumulatorParam[FileStats]):
+    def zero(self, value: FileStats) -> FileStats:
+        return []
+
+    def addInPlace(self, value1: FileStats, value2: FileStats) -> FileStats:
+        value1.extend(value2)
+        return value1
 
 
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def _drop_covered(fragments: Broadcast[RangeFragments]) -> ArrowMap:
-    def drop(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        cuts = fragments.value
+def snapshot_rows(
+    ordered: DataFrame,
+    fragments: Broadcast[RangeFragments] | None,
+    stats: Accumulator[FileStats],
+) -> DataFrame:
+    """The final rows (key, value, version), in the order `ordered` has them: writes a
+    newer range delete covers are dropped, and each partition reports its row count and
+    key range (sorted, so its first and last key) for the manifest."""
+    schema = "key binary, value binary, version long"
+    return ordered.mapInArrow(_finish(fragments, stats), schema)
+
+
+def _finish(fragments: Broadcast[RangeFragments] | None, stats: Accumulator[FileStats]) -> ArrowMap:
+    def finish(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cuts = fragments.value if fragments is not None else None
+        rows, first, last = 0, b"", b""
         for batch in batches:
-            keys = batch.column("key").to_pylist()
-            versions = batch.column("version").to_pylist()
-            idxs = batch.column("idx").to_pylist()
-            keep = [
-                not cuts.deletes(k, (v, i)) for k, v, i in zip(keys, versions, idxs, strict=True)
-            ]
-            yield batch.filter(pa.array(keep, pa.bool_()))
+            if cuts is not None and len(cuts):
+                keys = batch.column("key").to_pylist()
+                stamps = zip(batch.column("version").to_pylist(), batch.column("idx").to_pylist(),
+                             strict=True)  # fmt: skip
+                keep = [not cuts.deletes(k, s) for k, s in zip(keys, stamps, strict=True)]
+                batch = batch.filter(pa.array(keep, pa.bool_()))
+            if batch.num_rows:
+                keys_column = batch.column("key")
+                if not rows:
+                    first = keys_column[0].as_py()
+                last = keys_column[batch.num_rows - 1].as_py()
+                rows += batch.num_rows
+            yield batch.select(["key", "value", "version"])
+        if rows:
+            stats.add([(TaskContext.get().partitionId(), rows, first, last)])  # type: ignore[union-attr]
 
-    return drop
-
-
-def for_parquet(snapshot: DataFrame, files: int) -> DataFrame:
-    """Range-partitioned and sorted by key: file i holds keys below file i+1's."""
-    return snapshot.repartitionByRange(max(1, files), "key").sortWithinPartitions("key")
-
-
-def file_stats(written: DataFrame) -> DataFrame:
-    """Per Parquet file: rows, min and max key (read back from the files themselves)."""
-    return (
-        written.select(F.input_file_name().alias("file"), "key")
-        .groupBy("file")
-        .agg(
-            F.count("*").alias("rows"), F.min("key").alias("min_key"), F.max("key").alias("max_key")
-        )
-    )
+    return finish

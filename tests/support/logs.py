@@ -11,6 +11,7 @@ from weaseldb.batchfile import Batch, Transaction
 from weaseldb.blobstore import BlobStore
 from weaseldb.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.types import NUMBER_TOP
+from weaseldb.validity import ValidityWalk
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> 
     late writes would)."""
     batches: list[Batch] = []
     last_version = 0
-    newest_term = NUMBER_TOP + 1
+    walk = ValidityWalk()
     for i, spec in enumerate(specs):
         term = NUMBER_TOP - spec.term
         base = last_version
@@ -48,8 +49,7 @@ def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> 
             transactions=txs,
         )
         batches.append(batch)
-        if term <= newest_term:  # valid: the log goes on from here
-            newest_term = term
+        if walk.admit(term):  # valid: the log goes on from here
             last_version = batch.last_version
     return batches
 

@@ -37,7 +37,7 @@ from weaseldb.protocol import (
     StatusReply,
     TermStart,
 )
-from weaseldb.types import Outcome
+from weaseldb.types import CorruptObject, Outcome
 
 log = logging.getLogger("weaseldb.gateway")
 
@@ -313,9 +313,14 @@ class ClientApi:
         """Published snapshots, newest first (manifests are checksum-verified)."""
         found = []
         for version in reversed(await manifest.manifest_versions(self.store)):
-            with contextlib.suppress(NotFound):  # garbage-collected since the LIST
+            try:
                 published = await manifest.read(self.store, version)
-                found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
+            except NotFound:
+                continue  # garbage-collected since the LIST
+            except CorruptObject as e:
+                log.error("not listing snapshot %d: %s", version, e)
+                continue
+            found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
         return found
 
 

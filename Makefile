@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS_BIN ?= $(HOME)/.cache/weaseldb/bin
 PYTEST_ARGS ?=
+# P7 (compaction): operations in the benchmark log.
+COMPACTION_OPS ?= 10000000
 
 .PHONY: install run test test-fast lint format tools bench clean
 
@@ -40,9 +42,10 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-## Build MinIO, etcd, kube-apiserver, kubectl and helm once into $(TOOLS_BIN).
-tools:
-	WEASELDB_TOOLS=$(TOOLS_BIN) bash hack/tools.sh
+## Build MinIO, etcd, kube-apiserver, kubectl and helm once into $(TOOLS_BIN), and fetch
+## the S3A jars for the compaction job into ~/.cache/weaseldb/s3a-jars (needs the venv).
+tools: install
+	WEASELDB_TOOLS=$(TOOLS_BIN) WEASELDB_PYTHON=$(abspath $(PY)) bash hack/tools.sh
 
 ## Benchmarks (performance.md): JSON and PNG under bench/results/, then the README table.
 bench: install tools
@@ -51,6 +54,7 @@ bench: install tools
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_subscribe.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_recovery.py --store dir --counts 10,1000000
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_stage_restart.py
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_compaction.py --operations $(COMPACTION_OPS)
 	$(PY) bench/report.py
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.

@@ -5,6 +5,10 @@
 # hack/tools.env; a tool is rebuilt only when its binary is missing or its
 # stamp ($BIN/.<tool>.version) differs from the pinned version.
 #
+# s3a-jars is not built: it is the S3A connector jar set the compaction job needs
+# (hack/s3a/ivy.xml), resolved from Maven Central with the Ivy jar pyspark ships,
+# into ${WEASELDB_S3A_JARS:-$HOME/.cache/weaseldb/s3a-jars} (needs java and the venv).
+#
 #   bash hack/tools.sh                  # all tools
 #   bash hack/tools.sh minio etcd       # only these
 #   bash hack/tools.sh --force kubectl  # rebuild even if current
@@ -18,7 +22,9 @@ source "$HERE/tools.env"
 
 BIN="${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}"
 WORK="$BIN/.build"
-ALL_TOOLS=(minio etcd kube-apiserver kubectl helm)
+ALL_TOOLS=(minio etcd kube-apiserver kubectl helm s3a-jars)
+S3A_JARS="${WEASELDB_S3A_JARS:-$HOME/.cache/weaseldb/s3a-jars}"
+PYTHON="${WEASELDB_PYTHON:-$HERE/../.venv/bin/python}"
 
 die() { echo "tools.sh: $*" >&2; exit 1; }
 
@@ -38,6 +44,7 @@ display_version() {
     etcd) echo "$ETCD_VERSION" ;;
     kube-apiserver | kubectl) echo "$KUBERNETES_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
+    s3a-jars) echo "$(sha256sum "$HERE/s3a/ivy.xml" | cut -c1-16)" ;;
   esac
 }
 
@@ -51,6 +58,12 @@ stamp_value() {
 
 is_current() {
   local t="$1" have=""
+  if [[ "$t" == s3a-jars ]]; then
+    [[ -f "$S3A_JARS/.version" ]] || return 1
+    read -r have <"$S3A_JARS/.version" || true
+    [[ "$have" == "$(stamp_value "$t")" ]]
+    return
+  fi
   [[ -x "$BIN/$t" && -f "$BIN/.$t.version" ]] || return 1
   read -r have <"$BIN/.$t.version" || true
   [[ "$have" == "$(stamp_value "$t")" ]]
@@ -160,6 +173,27 @@ build_helm() {
   GOBIN="$STAGE" go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
+# Resolve hack/s3a/ivy.xml from Maven Central (hack/s3a/ivysettings.xml) with the Ivy
+# jar pyspark bundles, into a fresh directory that replaces $S3A_JARS at the end.
+fetch_s3a_jars() {
+  command -v java >/dev/null || die "s3a-jars: 'java' not found in PATH (install a JRE 17)"
+  local spark ivy stage="$S3A_JARS.stage"
+  spark="$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" ||
+    die "s3a-jars: pyspark is not installed in $PYTHON (run make install)"
+  ivy="$(ls "$spark"/jars/ivy-*.jar | head -n 1)"
+  rm -rf "$stage" && mkdir -p "$stage"
+  local start=$SECONDS log="$HOME/.cache/weaseldb/s3a-jars.log"
+  if ! java -jar "$ivy" -settings "$HERE/s3a/ivysettings.xml" -ivy "$HERE/s3a/ivy.xml" \
+    -cache "$HOME/.cache/weaseldb/ivy" -confs default -types jar bundle \
+    -retrieve "$stage/[artifact]-[revision](-[classifier]).[ext]" >"$log" 2>&1; then
+    tail -n 25 "$log" | sed 's/^/    /' >&2
+    die "s3a-jars: resolution failed (log: $log)"
+  fi
+  stamp_value s3a-jars >"$stage/.version"
+  rm -rf "$S3A_JARS" && mv "$stage" "$S3A_JARS"
+  echo "s3a-jars: $(ls "$S3A_JARS"/*.jar | wc -l) jars into $S3A_JARS in $((SECONDS - start))s"
+}
+
 build_one() {
   case "$1" in
     minio) build_minio ;;
@@ -199,6 +233,11 @@ locked=0
 for t in "${tools[@]}"; do
   if ((!force)) && is_current "$t"; then
     echo "$t: ok (cached)"
+    continue
+  fi
+  if [[ "$t" == s3a-jars ]]; then
+    mkdir -p "$(dirname "$S3A_JARS")"
+    fetch_s3a_jars
     continue
   fi
 

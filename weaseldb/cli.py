@@ -2,6 +2,7 @@
 
 weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
+weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
 """
 
 from __future__ import annotations
@@ -32,6 +33,22 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", help="address to listen on")
     up.add_argument("--run-dir", help="directory for the ring's sockets (keep it short)")
     up.add_argument("--workers", type=int, help="gateway worker processes")
+
+    compact = commands.add_parser(
+        "compact", help="fold the log into a Parquet snapshot with Spark (local[*])"
+    )
+    compact.add_argument("--data-dir", help="directory store (same as --store dir:DIR)")
+    compact.add_argument("--store", help="dir:PATH or s3://BUCKET/PREFIX?endpoint=URL&region=R")
+    compact.add_argument("--gc", action="store_true", help="garbage-collect after publishing")
+    compact.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    compact.add_argument("--upto-batch", type=int, help="fold no batch newer than this number")
+    compact.add_argument(
+        "--gc-grace-seconds",
+        type=float,
+        default=3600.0,
+        help="age after which GC removes the files of a run that never published",
+    )
+    compact.add_argument("--driver-memory", default="2g", help="Spark driver memory")
 
     operator = commands.add_parser("operator", help="run the Kubernetes operator (kopf)")
     operator.add_argument("--namespace", help="watch only this namespace (default: all)")
@@ -77,6 +94,30 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True
     )
     return processes.run()
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    try:
+        from weaseldb_compaction import cli as compaction_cli
+    except ImportError as e:
+        raise ConfigError(f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'") from e
+
+    store = _up_overrides(
+        argparse.Namespace(
+            data_dir=args.data_dir, store=args.store, port=None, host=None, run_dir=None,
+            workers=None,
+        )
+    ).get("store")  # fmt: skip
+    if store is None:
+        raise ConfigError("compact needs --data-dir DIR or --store URL")
+    return compaction_cli.compact(
+        store,
+        master=args.master,
+        collect_garbage=args.gc,
+        upto_batch=args.upto_batch,
+        gc_grace_s=args.gc_grace_seconds,
+        driver_memory=args.driver_memory,
+    )
 
 
 def cmd_service(args: argparse.Namespace) -> int:
@@ -161,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             from weaseldb_operator.main import run_operator
 
             return run_operator(namespace=args.namespace)
+        if args.command == "compact":
+            return cmd_compact(args)
         return cmd_service(args)
     except ConfigError as e:
         print(f"weaseldb: {e}", file=sys.stderr)

@@ -1,44 +1,61 @@
 """Reading the committed log back from the store, applying the validity rule.
 
-Every reader (recovery's callers, tests, status lookups, subscribers, compaction) goes
-through here, so void batches are skipped in exactly one place.
+Every reader (status lookups, subscribers, tests, the compaction job's planning) goes
+through here, so void batches are skipped in exactly one place. The walk starts at the
+newest log-start marker (weaseldb.logstart): batches garbage collection cut off, or left
+behind by a crash half-way through GC, are never read.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from weaseldb import batchfile, layout
+from weaseldb import batchfile, layout, logstart
 from weaseldb.blobstore import BlobStore
 from weaseldb.recovery import read_batch
-from weaseldb.types import NUMBER_TOP
-from weaseldb.validity import ValidityWalk
+from weaseldb.validity import GENESIS, Seed, ValidityWalk
 
 
-async def all_batch_numbers(store: BlobStore) -> list[int]:
-    """Every batch number in the store, oldest first (pages through LIST)."""
+async def batch_numbers_after(store: BlobStore, seed: Seed = GENESIS) -> list[int]:
+    """Every batch number newer than the seed's batch, oldest first (pages through LIST;
+    keys list newest first, so the listing stops where the seed's batch would be)."""
     numbers: list[int] = []
     after = ""
     while True:
         keys = await store.list(layout.BATCHES, start_after=after, limit=1000)
-        numbers.extend(layout.number_of(k) for k in keys)
-        if len(keys) < 1000:
+        page = [layout.number_of(k) for k in keys]
+        numbers.extend(n for n in page if n <= seed.first_number)
+        if len(keys) < 1000 or (page and page[-1] > seed.first_number):
             break
         after = keys[-1]
     numbers.reverse()
     return numbers
 
 
-async def valid_batches(store: BlobStore) -> AsyncIterator[batchfile.Batch]:
-    """The valid batches, oldest first, up to the first gap (nothing after a gap is durable
-    history yet). Void batches (an older term after a newer one) are skipped."""
-    numbers = await all_batch_numbers(store)
-    walk = ValidityWalk()
-    expected = numbers[0] if numbers else None
+async def all_batch_numbers(store: BlobStore) -> list[int]:
+    """Every batch number in the store, oldest first (pages through LIST)."""
+    return await batch_numbers_after(store, GENESIS)
+
+
+def gapless_prefix(numbers: list[int], seed: Seed = GENESIS) -> list[int]:
+    """The numbers (oldest first) that follow the seed without a gap: the durable history.
+    Nothing after the first gap is durable history yet."""
+    run: list[int] = []
+    expected = seed.first_number
     for number in numbers:
         if number != expected:
-            return
+            break
+        run.append(number)
         expected = number - 1
+    return run
+
+
+async def valid_batches(store: BlobStore) -> AsyncIterator[batchfile.Batch]:
+    """The valid batches, oldest first, from the log start up to the first gap. Void
+    batches (an older term after a newer one) are skipped."""
+    seed = await logstart.seed(store)
+    walk = ValidityWalk(seed)
+    for number in gapless_prefix(await batch_numbers_after(store, seed), seed):
         batch = await read_batch(store, number)
         if walk.admit(batch.term):
             yield batch
@@ -50,14 +67,9 @@ async def committed_transactions(store: BlobStore) -> list[batchfile.Transaction
 
 async def retained_start(store: BlobStore) -> int:
     """The first version the store still holds: 1 while nothing was garbage collected, else
-    the first version of the oldest remaining batch (history below it is truncated)."""
-    keys = await store.list(layout.BATCHES, limit=1)
-    if not keys:
-        return 1
-    numbers = await all_batch_numbers(store)
-    if numbers[0] == NUMBER_TOP:
-        return 1
-    return (await read_batch(store, numbers[0])).first_version
+    the version after the newest log-start marker (history at or below it is truncated)."""
+    start = await logstart.newest(store)
+    return 1 if start is None else start.version + 1
 
 
 async def log_after(

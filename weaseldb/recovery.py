@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from weaseldb import batchfile, layout
+from weaseldb import batchfile, layout, logstart
 from weaseldb.blobstore import BlobStore, NotFound
 from weaseldb.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
-from weaseldb.validity import valid_flags
+from weaseldb.validity import GENESIS, valid_flags
 
 #: A deposed leader can only still write within this many numbers newer than the batch that
 #: fenced it (its in-flight window), so a new leader fills that many numbers with empty
@@ -74,9 +74,15 @@ async def recover(store: BlobStore, *, prior_term: int | None) -> Recovered:
     newest = await read_batch(store, scan.watermark)
     if newest.term == prior_term:
         return Recovered(scan.watermark, scan.next_number, newest.last_version, newest.term)
-    run = await _read_back(store, newest)
-    flags = valid_flags([b.term for b in run])
-    last_valid = max((b for b, ok in zip(run, flags, strict=True) if ok), key=lambda b: -b.batch)
+    run, start = await _read_back(store, newest)
+    flags = valid_flags([b.term for b in run], start.seed if start else GENESIS)
+    valid = [b for b, ok in zip(run, flags, strict=True) if ok]
+    if not valid and start is not None:
+        # Seeded at a log-start marker and nothing after it is valid (or the watermark is
+        # the marker's own batch): the state is the marker's. (A walk from the genesis
+        # always admits its first batch.)
+        return Recovered(scan.watermark, scan.next_number, start.version, start.term)
+    last_valid = valid[-1]
     return Recovered(scan.watermark, scan.next_number, last_valid.last_version, last_valid.term)
 
 
@@ -84,13 +90,22 @@ async def recover(store: BlobStore, *, prior_term: int | None) -> Recovered:
 READ_BACK_PARALLELISM = 64
 
 
-async def _read_back(store: BlobStore, newest: batchfile.Batch) -> list[batchfile.Batch]:
+async def _read_back(
+    store: BlobStore, newest: batchfile.Batch
+) -> tuple[list[batchfile.Batch], logstart.LogStart | None]:
     """The batches from up to FENCE_LENGTH numbers older than `newest` to `newest`, oldest
-    first, read in parallel. A batch of a newer term than `newest` can only be that close
-    (the fence). Needed only when the newest claim never wrote its opening batch."""
-    numbers = [
-        n for n in range(newest.batch + 1, newest.batch + 1 + FENCE_LENGTH) if n <= NUMBER_TOP
-    ]
+    first, read in parallel, and the log-start marker to seed their walk with when the run
+    reaches it (None: seed at the genesis). A batch of a newer term than `newest` can only
+    be that close (the fence). Needed only when the newest claim never wrote its opening
+    batch.
+
+    Garbage collection may have deleted (or, crashing, left behind) batches at and before
+    the newest marker's batch: the run stops there and the marker's seed stands for them."""
+    start = await logstart.newest(store)
+    stop = start.after_batch if start is not None else NUMBER_TOP + 1
+    if newest.batch >= stop:
+        return [], start  # the watermark is the marker's own batch
+    numbers = [n for n in range(newest.batch + 1, newest.batch + 1 + FENCE_LENGTH) if n < stop]
     limit = asyncio.Semaphore(READ_BACK_PARALLELISM)
 
     async def read(number: int) -> batchfile.Batch | None:
@@ -98,7 +113,7 @@ async def _read_back(store: BlobStore, newest: batchfile.Batch) -> list[batchfil
             try:
                 return await read_batch(store, number)
             except NotFound:
-                return None  # garbage-collected: everything older is covered by a snapshot
+                return None  # garbage-collected: the marker's seed covers it
 
     older = await asyncio.gather(*(read(n) for n in numbers))
     run = [newest]
@@ -106,8 +121,9 @@ async def _read_back(store: BlobStore, newest: batchfile.Batch) -> list[batchfil
         if found is None:
             break
         run.append(found)
+    reached_start = len(run) <= len(numbers) or run[-1].batch == stop - 1
     run.reverse()
-    return run
+    return run, start if start is not None and reached_start else None
 
 
 async def read_batch(store: BlobStore, number: int) -> batchfile.Batch:

@@ -34,10 +34,15 @@ class Reason(StrEnum):
     AS_EXPECTED = "AsExpected"
     STANDBYS_MISSING = "StandbysMissing"
     NOT_CONFIGURED = "NotConfigured"
+    NO_COMPACTION_YET = "NoCompactionYet"
+    COMPACTION_SUCCEEDED = "CompactionSucceeded"
+    COMPACTION_FAILED = "CompactionFailed"
+    SPARK_UNAVAILABLE = "SparkUnavailable"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
 OBSERVER = "leadership observer (every few seconds)"
+COMPACTOR = "compaction loop (with the observer)"
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,35 @@ ROWS: tuple[Row, ...] = (
         "Unknown",
         Reason.NOT_CONFIGURED,
         RECONCILER,
-        "spec.compaction is not acted on yet (compaction issue).",
+        "spec.compaction is not set: nothing compacts this database's log.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "Unknown",
+        Reason.NO_COMPACTION_YET,
+        COMPACTOR,
+        "spec.compaction is set; no SparkApplication has finished yet.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "True",
+        Reason.COMPACTION_SUCCEEDED,
+        COMPACTOR,
+        "The newest SparkApplication completed; status.lastCompaction has its snapshot version.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "False",
+        Reason.COMPACTION_FAILED,
+        COMPACTOR,
+        "The newest SparkApplication failed; the message has its state and error.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "Unknown",
+        Reason.SPARK_UNAVAILABLE,
+        COMPACTOR,
+        "SparkApplications cannot be listed or created (is the Spark operator installed?).",
     ),
 )
 

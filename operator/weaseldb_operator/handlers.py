@@ -23,7 +23,15 @@ from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer, now_iso
 from weaseldb_operator.resources import children_for, pdb_for
-from weaseldb_operator.spec import API_GROUP, API_VERSION, KIND, PLURAL, SpecError, database_from
+from weaseldb_operator.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PLURAL,
+    Database,
+    SpecError,
+    database_from,
+)
 from weaseldb_operator.storage import Stores, purge
 
 VERSION = API_VERSION.split("/")[1]
@@ -109,14 +117,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
     except KubeError as e:
         raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
-    updates = [
-        Condition(
-            Type.COMPACTION_HEALTHY,
-            "Unknown",
-            Reason.NOT_CONFIGURED,
-            "compaction is not managed by this operator version",
-        )
-    ]
+    updates = _compaction_updates(db)
     ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         updates.append(
@@ -131,6 +132,21 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
     )
     logger.info("applied %d objects for generation %d", len(children_for(db)), db.generation)
+
+
+def _compaction_updates(db: Database) -> list[Condition]:
+    """NotConfigured without spec.compaction; with it, the compaction loop owns the
+    condition (it starts at NoCompactionYet there)."""
+    if db.compaction is not None:
+        return []
+    return [
+        Condition(
+            Type.COMPACTION_HEALTHY,
+            "Unknown",
+            Reason.NOT_CONFIGURED,
+            "spec.compaction is not set: nothing compacts this database's log",
+        )
+    ]
 
 
 def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:

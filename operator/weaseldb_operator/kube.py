@@ -27,6 +27,7 @@ _PLURALS = {
     "StatefulSet": "statefulsets",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "WeaselDB": "weaseldbs",
+    "SparkApplication": "sparkapplications",
 }
 
 
@@ -146,6 +147,18 @@ class Kube:
             params={"fieldManager": FIELD_MANAGER, "force": "true"},
             content_type="application/apply-patch+yaml",
         )
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """POST; True when created, False when an object of that name exists (409)."""
+        meta = obj["metadata"]
+        path = path_for(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        try:
+            await self.request("POST", path, body=obj, params={"fieldManager": FIELD_MANAGER})
+        except KubeError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request(

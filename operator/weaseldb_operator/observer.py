@@ -20,6 +20,7 @@ from prometheus_client import Counter
 
 from weaseldb.blobstore import BlobError
 from weaseldb_operator import conditions
+from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, decide
@@ -78,6 +79,7 @@ class Observer:
         self._http: aiohttp.ClientSession | None = None
         self._missing_since: dict[tuple[str, str], float] = {}
         self._promoted_at: dict[str, float] = {}
+        self._compaction = CompactionLoop(kube, self._stores)
 
     async def run(self) -> None:
         self._http = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
@@ -117,16 +119,19 @@ class Observer:
             db = database_from(body)
         except SpecError:
             return  # the reconciler reported it (InvalidSpec)
+        compaction_conditions, compaction_status = await self._compaction.observe(db, body)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
         except (BlobError, OSError, UnreadableClaim) as e:
-            await self._write_status(db, body, None, [*_unreachable(db, e)], None)
+            updates = [*_unreachable(db, e), *compaction_conditions]
+            await self._write_status(db, body, None, updates, None, compaction_status)
             return
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
         decision = self._decide(db, claim, pods, [await self._view(db, p) for p in pods])
         await self._act(db, decision, pods)
         version = await self._committed_version(decision, pods)
-        await self._write_status(db, body, decision, decision.conditions, version)
+        updates = [*decision.conditions, *compaction_conditions]
+        await self._write_status(db, body, decision, updates, version, compaction_status)
 
     def _decide(
         self, db: Database, claim: Claim | None, pods: list[dict[str, Any]], views: list[PodView]
@@ -214,9 +219,10 @@ class Observer:
         decision: Decision | None,
         updates: list[Condition],
         version: int | None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         status = body.get("status") or {}
-        wanted = status_for(db, status, decision, updates, version)
+        wanted = {**status_for(db, status, decision, updates, version), **(extra or {})}
         if all(status.get(k) == v for k, v in wanted.items()):
             return
         path = path_for(API_VERSION, KIND, db.namespace, db.name) + "/status"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from croniter import croniter
+
 from weaseldb.config import Config, ConfigError, build
 
 API_GROUP = "weaseldb.io"
@@ -83,6 +85,27 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class SparkResources:
+    cores: int = 1
+    memory: str = "1g"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """`spec.compaction`: when to run the Spark job and with what (docs/operator.md)."""
+
+    image: str
+    schedule: str | None = None  # cron, five fields, UTC
+    batch_threshold: int | None = None  # run when this many batches follow the snapshot
+    executors: int = 2
+    driver: SparkResources = SparkResources()
+    executor: SparkResources = SparkResources()
+    gc: bool = True
+    service_account: str = "spark"
+    ttl_seconds: int = 86400
+
+
+@dataclass(frozen=True)
 class Database:
     """One WeaselDB resource: identity, spec and the validated pipeline configuration."""
 
@@ -99,6 +122,7 @@ class Database:
     config: Config
     gateway_service_type: str
     resources: dict[str, dict[str, Any]]
+    compaction: Compaction | None = None
 
     @property
     def delete_data(self) -> bool:
@@ -144,6 +168,37 @@ def _storage(spec: dict[str, Any]) -> Storage:
     )
 
 
+def _spark_resources(raw: dict[str, Any] | None) -> SparkResources:
+    raw = raw or {}
+    return SparkResources(int(raw.get("cores", 1)), str(raw.get("memory", "1g")))
+
+
+def compaction_from(raw: dict[str, Any] | None) -> Compaction | None:
+    """`spec.compaction`, or None when absent. The CRD schema checks shapes and ranges;
+    this adds what a pattern cannot (a cron expression that parses)."""
+    if not raw:
+        return None
+    schedule = raw.get("schedule")
+    if schedule is not None and not croniter.is_valid(schedule):
+        raise SpecError(f"spec.compaction.schedule: {schedule!r} is not a valid cron expression")
+    threshold = raw.get("batchThreshold")
+    if schedule is None and threshold is None:
+        raise SpecError("spec.compaction needs a schedule, a batchThreshold or both")
+    if not raw.get("image"):
+        raise SpecError("spec.compaction.image is required")
+    return Compaction(
+        image=str(raw["image"]),
+        schedule=schedule,
+        batch_threshold=int(threshold) if threshold is not None else None,
+        executors=int(raw.get("executors", 2)),
+        driver=_spark_resources(raw.get("driver")),
+        executor=_spark_resources(raw.get("executor")),
+        gc=bool(raw.get("gc", True)),
+        service_account=str(raw.get("serviceAccount", "spark")),
+        ttl_seconds=int(raw.get("ttlSecondsAfterFinished", 86400)),
+    )
+
+
 def database_from(body: dict[str, Any]) -> Database:
     """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
     meta, spec = body.get("metadata", {}), body.get("spec") or {}
@@ -162,4 +217,5 @@ def database_from(body: dict[str, Any]) -> Database:
         config=pipeline_config(spec, storage),
         gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),
         resources=dict(spec.get("resources") or {}),
+        compaction=compaction_from(spec.get("compaction")),
     )

@@ -11,7 +11,7 @@ import asyncio
 
 import orjson
 
-from weaseldb import layout, recovery
+from weaseldb import layout, manifest, recovery
 from weaseldb.blobstore import BlobStore, NotFound, open_store
 from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage
@@ -67,3 +67,19 @@ async def purge(store: BlobStore, *, parallel: int = 16) -> int:
         await asyncio.gather(*(delete(k) for k in keys))
         deleted += len(keys)
     return deleted
+
+
+async def snapshot_lag(store: BlobStore, enough: int) -> tuple[int | None, int]:
+    """(newest snapshot version, batches after its batch), counting at most `enough`
+    batches: keys list newest first, so a few pages of LIST answer it."""
+    newest = await manifest.newest(store)
+    limit_number = newest.batch if newest else None
+    count, after = 0, ""
+    while count < enough:
+        keys = await store.list(layout.BATCHES, start_after=after, limit=1000)
+        numbers = [layout.number_of(k) for k in keys]
+        count += sum(1 for n in numbers if limit_number is None or n < limit_number)
+        if len(keys) < 1000 or (limit_number is not None and numbers[-1] >= limit_number):
+            break
+        after = keys[-1]
+    return (newest.version if newest else None), min(count, enough)

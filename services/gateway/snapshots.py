@@ -3,7 +3,7 @@ checksum-verified; see weaseldb/manifest.py)."""
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from typing import Any
 
 import msgspec
@@ -11,6 +11,9 @@ import msgspec
 from services.gateway import retention
 from weaseldb import manifest
 from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.errors import CorruptObject
+
+log = logging.getLogger("weaseldb.gateway")
 
 
 class SnapshotListing:
@@ -20,9 +23,15 @@ class SnapshotListing:
     async def all(self) -> list[dict[str, Any]]:
         found = []
         for version in reversed(await manifest.manifest_versions(self._store)):
-            with contextlib.suppress(NotFound):  # garbage-collected since the LIST
+            try:
                 published = await manifest.read(self._store, version)
-                found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
+            except NotFound:
+                continue  # garbage-collected since the LIST
+            except CorruptObject as e:
+                # One damaged manifest must not hide the others (or fail the listing).
+                log.error("not listing snapshot %d: %s", version, e)
+                continue
+            found.append(retention.snapshot_entry(msgspec.to_builtins(published)))
         return found
 
     async def newest(self) -> dict[str, Any] | None:

@@ -21,11 +21,10 @@ import numpy as np
 from prometheus_client import Counter
 
 from services.persister.leadership import with_retries
-from weaseldb import batchfile, layout, recovery, requestids
+from weaseldb import batchfile, layout, logstart, recovery, requestids
 from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore
 from weaseldb.config import IdempotencyConfig, PersisterConfig
 from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
-from weaseldb.types import NUMBER_TOP
 from weaseldb.validity import GENESIS, Seed, ValidityWalk
 
 log = logging.getLogger("weaseldb.persister")
@@ -222,20 +221,10 @@ async def _seed_after_segments(
     if spans:
         header, _ = await requestids.read_header(store, spans[0].key)
         return Seed(header.newest_batch, header.term), header.last_version + 1
-    front = await _oldest_number(store)
-    return (GENESIS if front == NUMBER_TOP else Seed(front + 1)), 0
-
-
-async def _oldest_number(store: BlobStore) -> int:
-    """The oldest batch present (pages through LIST: only for a log never indexed)."""
-    oldest, after = NUMBER_TOP, ""
-    while True:
-        keys = await store.list(layout.BATCHES, start_after=after, limit=1000)
-        if keys:
-            oldest = layout.number_of(keys[-1])
-        if len(keys) < 1000:
-            return oldest
-        after = keys[-1]
+    # A log never indexed: from where the retained log starts (the garbage collector's
+    # marker; the first batch when nothing was collected).
+    start = await logstart.newest(store)
+    return (GENESIS, 0) if start is None else (start.seed, start.version + 1)
 
 
 async def read_tail(store: BlobStore, config: PersisterConfig, *, opening: int) -> Stretch:

@@ -21,6 +21,7 @@ from tests.support.waiting import wait_for
 from weaseldb import manifest
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import committed_transactions
+from weaseldb.manifest import Manifest, SourceBatches
 
 
 def b64(data: bytes) -> str:
@@ -227,24 +228,20 @@ def test_snapshots_lists_published_manifests_newest_first(
     store = DirectoryStore(tmp_path / "data")
 
     async def publish(version: int) -> None:
-        published = manifest.Manifest(
-            format=manifest.FORMAT_VERSION,
-            version=version,
-            batch=2**64 - 1 - version,
-            term=2**64 - 1,
-            created_at="2026-01-01T00:00:00.000Z",
-            location=f"snapshots/{version:020d}/",
-            files=[],
-            keys=version * 10,
-            bytes=version * 100,
-            source_batches=manifest.SourceBatches(None, None, 0),
+        published = Manifest(
+            format=manifest.FORMAT_VERSION, version=version, batch=2**64 - 1 - version,
+            term=2**64 - 1, created_at="2026-01-01T00:00:00.000Z",
+            location=f"snapshots/{version:020d}/run/", files=[], keys=version * 10,
+            bytes=version * 100, source_batches=SourceBatches(2**64 - 1, 2**64 - 1, 1),
             previous=None,
-        )
-        await store.put_if_absent(f"snapshots/{version:020d}/part-0.parquet", b"PAR1")
+        )  # fmt: skip
+        await store.put_if_absent(f"snapshots/{version:020d}/run/part-0.parquet", b"PAR1")
         await store.put_if_absent(published.key, manifest.encode(published))
 
     asyncio.run(publish(7))
     asyncio.run(publish(42))
+    # A damaged manifest is not a snapshot anyone can trust: logged, not listed.
+    asyncio.run(store.put_if_absent("snapshots/00000000000000000050.manifest", b"{}"))
     listed = httpx.get(f"{cluster.url}/v1/snapshots").json()["snapshots"]
     assert [s["version"] for s in listed] == [42, 7]
     assert set(listed[0]) == {"version", "batch", "location", "created_at", "keys", "bytes"}

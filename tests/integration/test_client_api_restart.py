@@ -4,6 +4,7 @@ leader change (slow tier: several process-set starts each)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tests.integration.test_client_api import commit, log_versions, status
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb import batchfile, layout, requestids
+from weaseldb import batchfile, layout, logstart, requestids
 from weaseldb.batchfile import Batch, BatchKind, Transaction
 from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.history import all_batch_numbers
@@ -46,18 +47,25 @@ def test_history_survives_restarts_and_truncation_is_reported(
     third = ProcessSet(f"dir:{data}", port, run_dir).start()  # 1000 more batches after `kept`
     assert third.stop() == 0
 
-    # What garbage collection does: delete the oldest batches (here: up to `kept`) and the
-    # request-id index segments whose every batch is gone.
+    # What garbage collection does (weaseldb.gc): write the log-start marker at the batch
+    # just before `kept`'s, then delete the batches up to it and the request-id index
+    # segments whose every batch is gone.
     store = DirectoryStore(data)
 
     async def truncate() -> None:
-        for number in await all_batch_numbers(store):  # oldest first
+        numbers = await all_batch_numbers(store)  # oldest first
+        for previous, number in itertools.pairwise(numbers):
             batch = await read_batch(store, number)
             if any(t.request_id == kept["request_id"] for t in batch.transactions):
+                cut = await read_batch(store, previous)
+                break
+        await logstart.write(store, logstart.LogStart(cut.batch, cut.term, cut.last_version))
+        for number in numbers:
+            if number < cut.batch:
                 break
             await store.delete(layout.batch_key(number))
         for span in await requestids.list_spans(store):
-            if span.newest_batch > number:
+            if span.newest_batch >= cut.batch:
                 await store.delete(span.key)
 
     asyncio.run(truncate())

@@ -48,8 +48,17 @@ def test_operator_service_account_has_what_it_uses(
         ("delete", "poddisruptionbudgets.policy"),
         ("patch", "pods"),
         ("create", "events"),
+        ("create", "sparkapplications.sparkoperator.k8s.io"),
+        ("list", "sparkapplications.sparkoperator.k8s.io"),
     ]
-    denied = [("get", "secrets"), ("delete", "pods"), ("create", "pods"), ("delete", "weaseldbs")]
+    denied = [
+        ("get", "secrets"),
+        ("delete", "pods"),
+        ("create", "pods"),
+        ("delete", "weaseldbs"),
+        ("delete", "sparkapplications.sparkoperator.k8s.io"),
+        ("patch", "sparkapplications.sparkoperator.k8s.io/status"),
+    ]
     for verb, resource in allowed + denied:
         answer = control_plane.kubectl(
             "auth", "can-i", verb, resource, "--as", account, "-n", namespace, check=False

@@ -70,6 +70,29 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
             id="body-min",
         ),
         pytest.param(
+            {"storage": STORAGE, "compaction": {"image": "spark:1", "schedule": "every day"}},
+            "spec.compaction.schedule: Invalid value",
+            id="compaction-cron",
+        ),
+        pytest.param(
+            {
+                "storage": STORAGE,
+                "compaction": {"image": "spark:1", "schedule": "0 3 * * *", "executors": 0},
+            },
+            "spec.compaction.executors: Invalid value: 0",
+            id="compaction-executors-min",
+        ),
+        pytest.param(
+            {"storage": STORAGE, "compaction": {"image": "spark:1"}},
+            "spec.compaction needs a schedule, a batchThreshold or both",
+            id="compaction-trigger",
+        ),
+        pytest.param(
+            {"storage": STORAGE, "compaction": {"schedule": "0 3 * * *"}},
+            "spec.compaction.image: Required value",
+            id="compaction-image",
+        ),
+        pytest.param(
             {"storage": STORAGE, "resources": {"default": {"limits": {"memory": "lots"}}}},
             "spec.resources.default.limits.memory",
             id="quantity",

@@ -1,0 +1,321 @@
+"""The compaction driver: read, transform, write, publish (style.md 12). Then, if asked,
+garbage collection as a separate step (weaseldb.gc).
+
+1. The previous snapshot's manifest (or the log-start marker) seeds the validity walk;
+   one paged LIST finds the batches after it, and the gapless run of them is what is
+   durable (the watermark is where it ends).
+2. Executors fetch and decode those batches in parallel (transforms.decode_batches); the
+   driver collects one header per batch, applies the shared validity rule
+   (plan.choose_target) and picks the target batch and version.
+3. The fold (transforms), written as zstd Parquet under a directory of its own,
+   `snapshots/{version:020d}/{run}/`, after a start record that tells GC the run is live.
+4. Publish: the manifest, created with If-None-Match: *. Losing that race to another run
+   at the same version removes this run's files and ends cleanly; a run killed before it
+   publishes nothing (GC removes its files after a grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+from pyspark import Broadcast, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from weaseldb import gc, history, logstart, manifest
+from weaseldb.blobstore import AlreadyExists, BlobStore, open_store
+from weaseldb.fold import RangeFragments
+from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
+from weaseldb.validity import Seed
+from weaseldb_compaction import plan, transforms
+from weaseldb_compaction.fetch import RANGE_DELETE
+from weaseldb_compaction.session import ParquetPlace, configure_job, parquet_place, use_store
+
+T = TypeVar("T")
+#: Aim for Parquet files of about this much encoded input (the files come out smaller).
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+#: Batches per fetch task, at least.
+BATCHES_PER_TASK = 256
+SNAPSHOT_SCHEMA = "key binary, value binary, version long"
+
+
+class CompactionError(Exception):
+    """A run cannot start; the message names the problem."""
+
+
+class NoBatches(CompactionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    store_url: str
+    upto_batch: int | None = None  # fold no batch newer than this (numbers count down)
+    collect_garbage: bool = False
+    gc_grace_s: float = gc.DEFAULT_GRACE_S
+
+
+@dataclass
+class Outcome:
+    status: str  # published | up_to_date | lost_race
+    message: str
+    manifest: Manifest | None = None
+    batches_read: int = 0
+    operations: int = 0
+    seconds: float = 0.0
+    garbage: gc.GcResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.manifest is None:
+            return f"compaction: {self.message} ({self.seconds:.1f} s)"
+        m = self.manifest
+        return (
+            f"compaction: published version {m.version}: {m.keys} keys, {m.bytes} bytes, "
+            f"{self.operations} operations from {self.batches_read} batches in "
+            f"{self.seconds:.1f} s"
+        )
+
+
+class _Driver:
+    """One run; async store calls go through one event loop (the S3 client is bound to it)."""
+
+    def __init__(self, spark: SparkSession, options: Options, progress: Callable[[str], None]):
+        self.spark = spark
+        self.options = options
+        self.progress = progress
+        self.loop = asyncio.new_event_loop()
+        self.store: BlobStore = open_store(options.store_url)
+        self.place: ParquetPlace = parquet_place(options.store_url)
+
+    def sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coroutine)
+
+    def close(self) -> None:
+        self.sync(self.store.close())
+        self.loop.close()
+
+
+def run(spark: SparkSession, options: Options, progress: Callable[[str], None] = print) -> Outcome:
+    started = time.monotonic()
+    driver = _Driver(spark, options, progress)
+    try:
+        outcome = _compact(driver)
+        if options.collect_garbage:
+            outcome.garbage = driver.sync(gc.collect(driver.store, grace_s=options.gc_grace_s))
+            progress(outcome.garbage.summary())
+    finally:
+        driver.close()
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _compact(d: _Driver) -> Outcome:
+    use_store(d.spark, d.place)
+    configure_job(d.spark)
+    previous = d.sync(manifest.newest(d.store))
+    seed = previous.seed if previous else d.sync(logstart.seed(d.store))
+    numbers = history.gapless_prefix(d.sync(history.batch_numbers_after(d.store, seed)), seed)
+    if not numbers and previous is None:
+        raise NoBatches(f"no batches under {d.options.store_url.split('?')[0]}: nothing to compact")
+    d.progress(
+        f"previous snapshot: {'version ' + str(previous.version) if previous else 'none'}; "
+        f"{len(numbers)} durable batches after it"
+    )
+    if not numbers:
+        return Outcome("up_to_date", f"snapshot {previous.version if previous else 0} is current")
+    with _StageProgress(d.spark, d.progress):
+        return _fold_and_publish(d, previous, seed, numbers)
+
+
+def _fold_and_publish(
+    d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[int]
+) -> Outcome:
+    parallelism = d.spark.sparkContext.defaultParallelism
+    partitions = min(len(numbers), max(2 * parallelism, math.ceil(len(numbers) / BATCHES_PER_TASK)))
+    ordinals = transforms.batch_ordinals(
+        d.spark, plan.seq_of(numbers[0]), plan.seq_of(numbers[-1]), partitions
+    )
+    decoded = transforms.decode_batches(ordinals, d.options.store_url)
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        headers = [_header(row) for row in transforms.headers(decoded).collect()]
+        headers.sort(key=lambda h: -h.number)
+        target = plan.choose_target(headers, seed, upto_batch=d.options.upto_batch)
+        read_bytes = sum(h.size for h in headers)
+        d.progress(f"read {len(headers)} batches ({read_bytes / 1e6:.1f} MB)")
+        if target is None or (previous is not None and target.version <= previous.version):
+            version = previous.version if previous else 0
+            return Outcome("up_to_date", f"no new versions after {version}", None, len(headers))
+        d.progress(
+            f"folding {target.operations} operations of {target.count - len(target.void_seqs)} "
+            f"valid batches ({len(target.void_seqs)} void) up to version {target.version}"
+        )
+        return _write_and_publish(d, decoded, previous, target)
+    finally:
+        decoded.unpersist()
+
+
+def _header(row: Any) -> plan.Header:
+    return plan.Header(
+        number=plan.number_of(row.seq),
+        term=plan.number_of(row.term_seq),
+        first_version=row.first_version,
+        last_version=row.last_version,
+        operations=row.operations,
+        size=row.size,
+    )
+
+
+def _write_and_publish(
+    d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
+) -> Outcome:
+    run_id = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
+    location = gc.run_location(target.version, run_id)
+    started = gc.RunStarted(run_id, target.version, time.time())
+    d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
+    writes, fragments = _fold(d, decoded, previous, target)
+    files = max(
+        1, math.ceil((target.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES)
+    )
+    stats = d.spark.sparkContext.accumulator([], transforms.StatsParam())
+    ordered = transforms.for_parquet(writes, files)
+    rows = transforms.snapshot_rows(ordered, fragments, stats)
+    rows.write.mode("errorifexists").parquet(d.place.url(location))
+    written = _written_files(d, location, stats.value)
+    result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
+    d.progress(f"wrote {len(written)} Parquet files: {result.keys} keys, {result.bytes} bytes")
+    try:
+        d.sync(d.store.put_if_absent(result.key, manifest.encode(result)))
+    except AlreadyExists:
+        d.sync(_remove_run(d.store, target.version, run_id))
+        return Outcome(
+            "lost_race",
+            f"another compaction published version {target.version} first; "
+            "this run's files were removed",
+            None,
+            target.count,
+            target.operations,
+        )
+    d.sync(d.store.delete(gc.run_started_key(target.version, run_id)))
+    return Outcome("published", "published", result, target.count, target.operations)
+
+
+def _fold(
+    d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
+) -> tuple[DataFrame, Broadcast[RangeFragments] | None]:
+    """The newest write per key (range deletes not yet applied) and the range-delete
+    fragments to apply while writing."""
+    ops = transforms.valid_operations(decoded, target.last_seq, target.void_seqs)
+    points = ops.filter(F.col("op") != RANGE_DELETE).select(*transforms.POINT_COLUMNS)
+    if previous is not None and previous.files:
+        urls = [d.place.url(f.path) for f in previous.files]
+        old = d.spark.read.schema(SNAPSHOT_SCHEMA).parquet(*urls)
+        points = points.unionByName(transforms.snapshot_as_writes(old))
+    cuts = [(r.begin, r.end, r.version, r.idx) for r in transforms.range_cuts(ops).collect()]
+    fragments = transforms.fragments_from(cuts)
+    if cuts:
+        d.progress(f"{len(cuts)} range deletes -> {len(fragments)} disjoint fragments")
+    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
+    return transforms.live_writes(transforms.newest_point_operations(points)), shared
+
+
+def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:
+    """Path, size, rows and key range of every Parquet file the run wrote. Spark names a
+    task's file `part-<partition id>-...`; the rows and key range come from that task. A
+    file no task reported rows for is empty (Spark writes one when nothing is left): it is
+    not listed."""
+    sizes = _file_sizes(d.spark, d.place.url(location))
+    by_partition = {f"part-{pid:05d}-": (rows, first, last) for pid, rows, first, last in stats}
+    files = []
+    for name, size in sorted(sizes.items()):
+        found = [v for prefix, v in by_partition.items() if name.startswith(prefix)]
+        if not found:
+            continue
+        if len(found) > 1:
+            raise CompactionError(f"{location}{name}: ambiguous row statistics")
+        rows, first, last = found[0]
+        files.append(
+            SnapshotFile(location + name, size, rows, manifest.b64(first), manifest.b64(last))
+        )
+    if sum(f.rows for f in files) != sum(s[1] for s in stats):
+        raise CompactionError(f"{location}: files and row statistics disagree")
+    return files
+
+
+def _file_sizes(spark: SparkSession, url: str) -> dict[str, int]:
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark session has no JVM (stopped?)")
+    path = jvm.org.apache.hadoop.fs.Path(url)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return {
+        str(s.getPath().getName()): int(s.getLen())
+        for s in fs.listStatus(path)
+        if str(s.getPath().getName()).endswith(".parquet")
+    }
+
+
+def _manifest(
+    previous: Manifest | None, target: plan.Target, location: str, files: list[SnapshotFile]
+) -> Manifest:
+    return Manifest(
+        format=manifest.FORMAT_VERSION,
+        version=target.version,
+        batch=target.batch,
+        term=target.term,
+        created_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        location=location,
+        files=files,
+        keys=sum(f.rows for f in files),
+        bytes=sum(f.size for f in files),
+        source_batches=SourceBatches(oldest=target.oldest, newest=target.batch, count=target.count),
+        previous=previous.version if previous else None,
+    )
+
+
+def _json(started: gc.RunStarted) -> bytes:
+    return msgspec.json.encode(started)
+
+
+async def _remove_run(store: BlobStore, version: int, run_id: str) -> None:
+    keys = await gc.list_all(store, gc.run_location(version, run_id))
+    for key in [*keys, gc.run_started_key(version, run_id)]:
+        await store.delete(key)
+
+
+class _StageProgress:
+    """Prints Spark's task progress every few seconds while a run works."""
+
+    def __init__(self, spark: SparkSession, progress: Callable[[str], None], every: float = 5):
+        self._tracker = spark.sparkContext.statusTracker()
+        self._progress = progress
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="progress")
+
+    def __enter__(self) -> _StageProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            for stage_id in self._tracker.getActiveStageIds():
+                info = self._tracker.getStageInfo(stage_id)
+                if info is not None:
+                    self._progress(
+                        f"  stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                    )

@@ -1,0 +1,76 @@
+"""What a compaction run folds (pure: no Spark, no I/O).
+
+The driver decodes nothing itself: the executors fetch every batch after the previous
+snapshot and send back one header per batch. Here the shared validity rule
+(weaseldb.validity), seeded from the previous snapshot, says which of them are void, and
+the target is the newest valid batch at or before the requested one (never past the
+durability watermark: the driver only fetched the gapless run after the snapshot).
+
+Batch and term numbers count down from 2**64-1 and do not fit Spark's LongType, so inside
+Spark a batch is its ordinal `seq = NUMBER_TOP - number` (0 for the first batch ever).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from weaseldb.types import NUMBER_TOP
+from weaseldb.validity import Seed, valid_flags
+
+
+def seq_of(number: int) -> int:
+    return NUMBER_TOP - number
+
+
+def number_of(seq: int) -> int:
+    return NUMBER_TOP - seq
+
+
+@dataclass(frozen=True)
+class Header:
+    number: int
+    term: int
+    first_version: int
+    last_version: int
+    operations: int
+    size: int  # encoded bytes
+
+
+@dataclass(frozen=True)
+class Target:
+    batch: int  # the newest batch folded in
+    term: int  # the newest valid term up to and including `batch`
+    version: int  # the snapshot's version: `batch`'s last version
+    oldest: int  # the oldest batch read (numbers count down: oldest >= batch)
+    count: int  # batches read, void ones included, up to `batch`
+    void_seqs: list[int]  # ordinals of the void batches up to `batch`
+    operations: int  # operations of the valid batches up to `batch`
+    size: int  # encoded bytes of the valid batches up to `batch`
+
+    @property
+    def last_seq(self) -> int:
+        return seq_of(self.batch)
+
+
+def choose_target(
+    headers_old_to_new: list[Header], seed: Seed, *, upto_batch: int | None = None
+) -> Target | None:
+    """The newest valid batch at or before `upto_batch` (None: the newest read), or None
+    when no valid batch follows the seed."""
+    headers = [h for h in headers_old_to_new if upto_batch is None or h.number >= upto_batch]
+    flags = valid_flags([h.term for h in headers], seed)
+    valid = [h for h, ok in zip(headers, flags, strict=True) if ok]
+    if not valid:
+        return None
+    last = valid[-1]
+    upto = [(h, ok) for h, ok in zip(headers, flags, strict=True) if h.number >= last.number]
+    return Target(
+        batch=last.number,
+        term=last.term,
+        version=last.last_version,
+        oldest=headers[0].number,
+        count=len(upto),
+        void_seqs=[seq_of(h.number) for h, ok in upto if not ok],
+        operations=sum(h.operations for h, ok in upto if ok),
+        size=sum(h.size for h, ok in upto if ok),
+    )

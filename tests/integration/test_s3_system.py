@@ -56,8 +56,18 @@ def metric(port: int, name: str, labels: str = "") -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def s3_set(url: str, run_dir: Path, port: int | None = None) -> ProcessSet:
-    return ProcessSet(url, port or free_port_block(), run_dir)
+def s3_set(
+    url: str, run_dir: Path, port: int | None = None, extra: list[str] | None = None
+) -> ProcessSet:
+    return ProcessSet(url, port or free_port_block(), run_dir, extra=extra or [])
+
+
+def one_commit_per_batch(run_dir: Path) -> list[str]:
+    """Settings that close a batch at every commit: under load the persister otherwise
+    groups commits behind the PUT in flight, and few PUTs are ever in flight at once."""
+    settings = run_dir / "small-batches.toml"
+    settings.write_text("[persister]\nbatch_size_threshold = 1\n")
+    return ["--config", str(settings)]
 
 
 def test_commits_survive_restart_and_recovery_lists_batches_once(
@@ -131,7 +141,7 @@ def test_sigkill_persister_with_many_batches_in_flight(minio: MinioServer, run_d
     slow_url = f"s3://{bucket}/db?endpoint=http://127.0.0.1:{proxy.port}&region=us-east-1"
     fast_url = minio.store_url(bucket)
     try:
-        cluster = s3_set(slow_url, run_dir).start(timeout=180)
+        cluster = s3_set(slow_url, run_dir, extra=one_commit_per_batch(run_dir)).start(timeout=180)
         load = Load(cluster.url, concurrency=48).start()
         persister = cluster.port + 3
         wait_for(

@@ -99,7 +99,8 @@ class GatewayConfig(_Section):
     """Commits and status lookups one gateway worker lets wait for the pipeline; more are
     refused at once with 503 not_leader (reason ``overloaded``: nothing was applied)."""
     workers: int = Field(1, ge=1, le=64)
-    """Gateway worker processes sharing the client port."""
+    """Gateway worker processes sharing the client port. ``weaseldb up`` starts one per CPU
+    core (at most 4) unless this is set."""
     subscriber_buffer_bytes: int = Field(10 * MiB, ge=1024)
     """Unsent change-stream data one ``/v1/subscribe`` client may fall behind by; beyond it
     that client alone is disconnected."""

@@ -71,6 +71,9 @@ class ProcessSet:
             str(self.port),
             "--run-dir",
             str(self.run_dir),
+            # One gateway worker unless a test asks for more: cheaper on two shared cores,
+            # and `up`'s own default (one per core) would vary by machine.
+            *([] if "--workers" in self.extra else ["--workers", "1"]),
             *self.extra,
         ]
         self.process = subprocess.Popen(

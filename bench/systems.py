@@ -23,6 +23,8 @@ sys.path.insert(0, str(REPO))
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # noqa: E402
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
 from tests.support.waiting import http_ok, wait_for  # noqa: E402
+from weaseldb import config  # noqa: E402
+from weaseldb.cli import gateway_for_host  # noqa: E402
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 LOADGEN = TOOLS / "loadgen"
@@ -65,7 +67,10 @@ def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Run
         url = minio.store_url(minio.new_bucket())
     else:
         url = f"dir:{data}"
-    cluster = ProcessSet(url, free_port_block(), run_dir, extra=extra or []).start()
+    # What `weaseldb up` itself chooses: one gateway worker per core (the test helper would
+    # otherwise pin one).
+    workers = ["--workers", str(gateway_for_host(config.build({})).workers)]
+    cluster = ProcessSet(url, free_port_block(), run_dir, extra=workers + (extra or [])).start()
     try:
         yield Running(f"127.0.0.1:{cluster.port}", f"http://127.0.0.1:{cluster.port + 3}/metrics")
     finally:

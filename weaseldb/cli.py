@@ -82,7 +82,7 @@ def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
 MAX_AUTO_WORKERS = 4
 
 
-def _gateway_for_host(cfg: Config) -> GatewayConfig:
+def gateway_for_host(cfg: Config) -> GatewayConfig:
     """Unless the configuration says how many, one gateway worker per CPU core (at most
     MAX_AUTO_WORKERS): HTTP is where a commit spends most of its CPU, and one worker per
     core measured best (bench: 2 workers on 2 cores took 4,520 commits/s at 64 connections
@@ -99,7 +99,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     cfg = config_module.load(args.config, _up_overrides(args))
     run_dir = Path(cfg.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = cfg.model_copy(update={"run_dir": str(run_dir), "gateway": _gateway_for_host(cfg)})
+    cfg = cfg.model_copy(update={"run_dir": str(run_dir), "gateway": gateway_for_host(cfg)})
     if cfg.store.startswith("dir:"):
         Path(cfg.store.removeprefix("dir:")).mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.json"

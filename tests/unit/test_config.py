@@ -91,8 +91,8 @@ def test_pod_name_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_up_starts_one_gateway_worker_per_core_unless_told() -> None:
-    from weaseldb.cli import MAX_AUTO_WORKERS, _gateway_for_host
+    from weaseldb.cli import MAX_AUTO_WORKERS, gateway_for_host
 
-    automatic = _gateway_for_host(config.build({}))
+    automatic = gateway_for_host(config.build({}))
     assert automatic.workers == max(1, min(MAX_AUTO_WORKERS, os.cpu_count() or 1))
-    assert _gateway_for_host(config.build({"gateway": {"workers": 1}})).workers == 1
+    assert gateway_for_host(config.build({"gateway": {"workers": 1}})).workers == 1

@@ -54,7 +54,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
-    memo.kube = Kube.from_environment(settings)
+    memo.kube = await Kube.from_environment()
     observer = Observer(memo.kube, memo.get("namespace"))
     memo.observer = asyncio.create_task(observer.run(), name="weaseldb-leadership")
 

@@ -2,22 +2,22 @@
 
 kopf watches WeaselDB resources; everything the operator creates goes through here with
 server-side apply (`fieldManager=weaseldb-operator`, forced), so applying the same object
-again is a no-op. Credentials come from kopf's login helpers: the pod's service account
-in a cluster, the current kubeconfig context outside one.
+again is a no-op. The calls go through the official asyncio client (kubernetes_asyncio).
 """
 
 from __future__ import annotations
 
 import json
-import ssl
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import kopf
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
 
 FIELD_MANAGER = "weaseldb-operator"
+#: Seconds one API request may take.
+REQUEST_TIMEOUT_S = 30
 
 _PLURALS = {
     "ConfigMap": "configmaps",
@@ -48,54 +48,33 @@ def object_path(obj: dict[str, Any]) -> str:
     return path_for(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
 
 
-def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext:
-    context = ssl.create_default_context(
-        cafile=str(info.ca_path) if info.ca_path else None,
-        cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data,
-    )
-    if info.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    cert, key = info.certificate_path, info.private_key_path
-    if info.certificate_data and info.private_key_data:
-        cert, key = _to_file(info.certificate_data), _to_file(info.private_key_data)
-    if cert and key:
-        context.load_cert_chain(str(cert), str(key))
-    return context
-
-
-def _to_file(data: str | bytes) -> Path:
-    with tempfile.NamedTemporaryFile("wb", delete=False, prefix="weaseldb-op-") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    return Path(f.name)
-
-
 class Kube:
-    """Async API client; `close()` it when done."""
+    """The operator's API calls, through the official asyncio client (kubernetes_asyncio):
+    it loads the credentials (the pod's service account in a cluster, the kubeconfig's
+    current context outside one), keeps the connection pool and signs each request. Answers
+    are read here: anything but a JSON object, or a status of 400 and up, is a `KubeError`.
+    `close()` it when done."""
 
-    def __init__(self, info: kopf.ConnectionInfo) -> None:
-        self.server = info.server.rstrip("/")
-        self._headers = info.as_http_headers()
-        self._ssl = _ssl_context(info) if self.server.startswith("https") else None
-        self._session: aiohttp.ClientSession | None = None
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
 
     @classmethod
-    def from_environment(cls, settings: kopf.OperatorSettings) -> Kube:
-        info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
-            settings=settings
-        )
-        if info is None:
-            raise kopf.LoginError("no service account and no kubeconfig (set KUBECONFIG)")
-        return cls(info)
+    async def from_environment(cls) -> Kube:
+        configuration = Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            try:
+                await config.load_kube_config(client_configuration=configuration)
+            except (config.ConfigException, OSError) as e:
+                raise KubeError(0, f"no service account and no usable kubeconfig: {e}") from e
+        return cls(ApiClient(configuration))
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl else True),
-                timeout=aiohttp.ClientTimeout(total=30),
-            )
-        return self._session
+    @classmethod
+    def for_server(cls, server: str) -> Kube:
+        """A client of an API server that needs no credentials (tests)."""
+        configuration = Configuration(host=server)
+        return cls(ApiClient(configuration))
 
     async def request(
         self,
@@ -106,21 +85,32 @@ class Kube:
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        headers = {"Content-Type": content_type} if body is not None else {}
-        async with self._client().request(
-            method, self.server + path, json=body, params=params, headers=headers
-        ) as response:
-            text = await response.text()
-            try:
-                payload = json.loads(text)
-            except ValueError:
-                # A proxy or load balancer in the way answers HTML or plain text.
-                raise KubeError(response.status, f"not a JSON answer: {text[:200]!r}") from None
-            if not isinstance(payload, dict):
-                raise KubeError(response.status, f"not a JSON object: {text[:200]!r}")
-            if response.status >= 400:
-                raise KubeError(response.status, str(payload.get("message", payload)))
-            return payload
+        try:
+            response = await self._api.call_api(
+                path,
+                method,
+                query_params=list((params or {}).items()),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S,
+            )
+            status, text = response.status, (await response.read()).decode(errors="replace")
+        except ApiException as e:  # raised before any answer (the request could not be made)
+            raise KubeError(int(e.status or 0), str(e.reason)) from e
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise KubeError(0, f"{type(e).__name__}: {e}") from e
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            # A proxy or load balancer in the way answers HTML or plain text.
+            raise KubeError(status, f"not a JSON answer: {text[:200]!r}") from None
+        if not isinstance(payload, dict):
+            raise KubeError(status, f"not a JSON object: {text[:200]!r}")
+        if status >= 400:
+            raise KubeError(status, str(payload.get("message", payload)))
+        return payload
 
     async def get(self, path: str) -> dict[str, Any] | None:
         try:
@@ -176,6 +166,4 @@ class Kube:
         return True
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._api.close()

@@ -8,7 +8,6 @@ import json
 import uuid
 from typing import Any
 
-import kopf
 import orjson
 import pytest
 from aiohttp import web
@@ -45,7 +44,7 @@ def port_of(runner: web.AppRunner) -> int:
 def test_a_non_json_answer_is_a_kube_error_not_a_crash(status: int) -> None:
     async def scenario() -> KubeError:
         runner = await html_server(status)
-        kube = Kube(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port_of(runner)}"))
+        kube = Kube.for_server(f"http://127.0.0.1:{port_of(runner)}")
         try:
             with pytest.raises(KubeError) as raised:
                 await kube.list("/apis/weaseldb.io/v1alpha1/weaseldbs")

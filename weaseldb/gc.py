@@ -25,7 +25,7 @@ import msgspec
 import orjson
 
 from weaseldb import layout, logstart, manifest
-from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.manifest import Manifest
 from weaseldb.types import MAX_IN_FLIGHT_LIMIT
 
@@ -106,16 +106,6 @@ def run_of(key: str, version: int) -> str | None:
 
 
 # Reads
-
-
-async def list_all(store: BlobStore, prefix: str, start_after: str = "") -> list[str]:
-    keys: list[str] = []
-    while True:
-        page = await store.list(prefix, start_after=start_after, limit=1000)
-        keys.extend(page)
-        if len(page) < 1000:
-            return keys
-        start_after = page[-1]
 
 
 async def policy_versions(store: BlobStore) -> list[int]:

@@ -17,7 +17,7 @@ import msgspec
 import xxhash
 
 from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.types import CorruptObject
 from weaseldb.validity import Seed
 
@@ -103,14 +103,8 @@ def version_of(key: str) -> int | None:
 
 async def manifest_versions(store: BlobStore) -> list[int]:
     """Versions of every published snapshot, oldest first (pages through LIST)."""
-    versions: list[int] = []
-    after = ""
-    while True:
-        keys = await store.list(layout.SNAPSHOTS, start_after=after, limit=1000)
-        versions.extend(v for v in map(version_of, keys) if v is not None)
-        if len(keys) < 1000:
-            return versions
-        after = keys[-1]
+    keys = await list_all(store, layout.SNAPSHOTS)
+    return [v for v in map(version_of, keys) if v is not None]
 
 
 async def read(store: BlobStore, version: int) -> Manifest:

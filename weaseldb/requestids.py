@@ -32,7 +32,7 @@ import numpy.typing as npt
 import xxhash
 
 from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.types import CorruptObject
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
@@ -248,18 +248,13 @@ async def find(store: BlobStore, header: SegmentHeader, body_offset: int, hash_:
 async def list_spans(store: BlobStore) -> list[SegmentSpan]:
     """Every segment in the store, newest first (pages through LIST)."""
     spans: list[SegmentSpan] = []
-    after = ""
-    while True:
-        keys = await store.list(layout.REQUEST_IDS, start_after=after, limit=1000)
-        for key in keys:
-            try:
-                newest, oldest = layout.request_index_span(key)
-            except ValueError:
-                continue  # not a segment (nothing else is written here)
-            spans.append(SegmentSpan(newest, oldest, key))
-        if len(keys) < 1000:
-            return spans
-        after = keys[-1]
+    for key in await list_all(store, layout.REQUEST_IDS):
+        try:
+            newest, oldest = layout.request_index_span(key)
+        except ValueError:
+            continue  # not a segment (nothing else is written here)
+        spans.append(SegmentSpan(newest, oldest, key))
+    return spans
 
 
 def cover(spans: Sequence[SegmentSpan]) -> list[SegmentSpan]:

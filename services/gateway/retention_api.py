@@ -10,7 +10,7 @@ from typing import Any
 
 from services.gateway import retention
 from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.errors import Conflict
 
 
@@ -56,14 +56,3 @@ class RetentionPolicies:
             with contextlib.suppress(NotFound):
                 policies.append(retention.decode(await self._store.get(key)).as_json())
         return policies
-
-
-async def list_all(store: BlobStore, prefix: str) -> list[str]:
-    keys: list[str] = []
-    after = ""
-    while True:
-        page = await store.list(prefix, start_after=after, limit=1000)
-        keys.extend(page)
-        if len(page) < 1000:
-            return keys
-        after = page[-1]

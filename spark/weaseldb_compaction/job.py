@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from weaseldb import gc, history, logstart, manifest
-from weaseldb.blobstore import AlreadyExists, BlobStore, open_store
+from weaseldb.blobstore import AlreadyExists, BlobStore, list_all, open_store
 from weaseldb.fold import RangeFragments
 from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.validity import Seed
@@ -288,7 +288,7 @@ def _json(started: gc.RunStarted) -> bytes:
 
 
 async def _remove_run(store: BlobStore, version: int, run_id: str) -> None:
-    keys = await gc.list_all(store, gc.run_location(version, run_id))
+    keys = await list_all(store, gc.run_location(version, run_id))
     for key in [*keys, gc.run_started_key(version, run_id)]:
         await store.delete(key)
 

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from tests.support.logs import BatchSpec, build_log, write_log
 from weaseldb import batchfile, gc, history, layout, manifest
-from weaseldb.blobstore import open_store
+from weaseldb.blobstore import list_all, open_store
 from weaseldb.protocol import RangeDelete, Write
 from weaseldb.types import CorruptObject
 from weaseldb_compaction import fetch, job
@@ -41,7 +41,7 @@ def keys_under(url: str, prefix: str) -> list[str]:
     async def read() -> list[str]:
         store = open_store(url)
         try:
-            return await gc.list_all(store, prefix)
+            return await list_all(store, prefix)
         finally:
             await store.close()
 

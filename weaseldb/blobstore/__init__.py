@@ -14,7 +14,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from weaseldb.errors import AlreadyExists, NotFound, StoreError, TransientError
 
-__all__ = ["AlreadyExists", "BlobError", "BlobStore", "NotFound", "TransientError", "open_store"]
+__all__ = [
+    "AlreadyExists",
+    "BlobError",
+    "BlobStore",
+    "NotFound",
+    "TransientError",
+    "list_all",
+    "open_store",
+]
 
 
 #: The store's errors are the core's (weaseldb.errors); these names are the seam's own.
@@ -39,6 +47,21 @@ class BlobStore(Protocol):
     async def delete(self, key: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+#: Keys one LIST returns at most (S3's MaxKeys).
+PAGE = 1000
+
+
+async def list_all(store: BlobStore, prefix: str, start_after: str = "") -> list[str]:
+    """Every key under `prefix` after `start_after`, in order, paging through LIST."""
+    keys: list[str] = []
+    while True:
+        page = await store.list(prefix, start_after=start_after, limit=PAGE)
+        keys.extend(page)
+        if len(page) < PAGE:
+            return keys
+        start_after = page[-1]
 
 
 def open_store(

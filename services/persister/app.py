@@ -26,10 +26,11 @@ from services.persister.answers import Answers
 from services.persister.engine import Engine
 from services.persister.index import IndexWriter, load_window, read_tail, write_segment
 from services.persister.leadership import (
+    Holder,
     LostClaim,
     OpenedTerm,
     claim,
-    newest_claim_pod,
+    newest_claim_holder,
     now_ms,
     open_term,
 )
@@ -58,7 +59,7 @@ from weaseldb.protocol import (
     encode_batch,
 )
 from weaseldb.ring import Endpoints, Ring
-from weaseldb.service import Health, HttpServer, stage_app
+from weaseldb.service import Health, HttpServer, read_port_file, stage_app
 from weaseldb.types import NotLeader
 from weaseldb.versioncell import VersionCell
 
@@ -177,37 +178,45 @@ class PersisterStage:
                 return code
             renewing = True
 
-    async def _may_claim_at_start(self) -> bool:
+    async def _start_decision(self) -> tuple[bool, Holder | None]:
+        """Whether to claim at start, and the newest claim the decision rests on (None with
+        `always`: claim whatever term comes next)."""
         if self._config.persister.claim_on_start == "always":
-            return True
-        holder = await newest_claim_pod(self._store, self._config.persister)
-        if holder is None or holder == self._config.pod_name:
-            return True
-        self.health.set(False, f"standby: the newest term is held by pod {holder}")
-        return False
+            return True, None
+        holder = await newest_claim_holder(self._store, self._config.persister)
+        if holder.pod is None or holder.pod == self._config.pod_name:
+            return True, holder
+        self.health.set(False, f"standby: the newest term is held by pod {holder.pod}")
+        return False, None
 
     async def _lead(self, renewing: bool) -> OpenedTerm | None:
         """Claim, recover and open a term, index the last leader's tail and load the
         idempotency window. `renewing`: this process led the term before and drained it."""
         leader_id = new_leader_id(self._config.pod_name)
-        if (
-            not renewing
-            and not await self._may_claim_at_start()
-            and not await self._wait_for_promotion()
-        ):
+        observed: Holder | None
+        if renewing and self._term is not None:
+            # The term after our own drained one; anyone claiming since wins over us.
+            may_claim, observed = True, Holder(self._term.term, self._config.pod_name)
+        else:
+            may_claim, observed = await self._start_decision()
+        if not may_claim and not await self._wait_for_promotion():
             return None
         while True:
             try:
+                # Pods starting together all see "unclaimed": each claims the first term
+                # create-only, one wins, the others stay standbys (none deposes the winner).
                 claimed = await claim(
                     self._store,
                     leader_id=leader_id,
                     pod_name=self._config.pod_name,
                     config=self._config.persister,
+                    observed=observed,
                 )
                 break
             except LostClaim as e:
                 if renewing:
                     raise NotLeader(f"another process claimed the next term: {e}") from e
+                observed = None  # a promotion claims the term after the newest by then
                 self.health.set(False, f"standby: {e}")
                 if not await self._wait_for_promotion():
                     return None
@@ -333,8 +342,9 @@ class PersisterStage:
                 await asyncio.wait_for(self._ring_assembled.wait(), 0.1)
 
     async def _is_running(self, stage: str) -> bool:
-        written = self._run_dir / f"{stage}.port"  # the port it really has (0 picks one)
-        port = int(written.read_text()) if written.exists() else getattr(self._config.ports, stage)
+        # The port it really has (port 0 picks one), once it wrote it.
+        written = read_port_file(self._run_dir, stage)
+        port = written if written is not None else getattr(self._config.ports, stage)
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.5)
             writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")

@@ -71,19 +71,43 @@ async def with_retries(action: Callable[[], Awaitable[T]], config: PersisterConf
             await asyncio.sleep(config.retry_base_delay_ms / 1000 * 2 ** (attempt - 1))
 
 
-async def newest_claim_pod(store: BlobStore, config: PersisterConfig) -> str | None:
-    """The pod named by the newest term claim; None when nothing was claimed yet."""
+@dataclass(frozen=True)
+class Holder:
+    """The newest term claim as one candidate saw it (both None: nothing claimed yet)."""
+
+    term: int | None
+    pod: str | None
+
+
+async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Holder:
+    """The newest term claim and the pod it names."""
     newest = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     if newest is None:
-        return None
+        return Holder(None, None)
     body = await with_retries(lambda: store.get(layout.term_key(newest)), config, "read claim")
-    return str(orjson.loads(body).get("pod", ""))
+    return Holder(newest, str(orjson.loads(body).get("pod", "")))
+
+
+async def newest_claim_pod(store: BlobStore, config: PersisterConfig) -> str | None:
+    """The pod named by the newest term claim; None when nothing was claimed yet."""
+    return (await newest_claim_holder(store, config)).pod
 
 
 async def claim(
-    store: BlobStore, *, leader_id: str, pod_name: str, config: PersisterConfig
+    store: BlobStore,
+    *,
+    leader_id: str,
+    pod_name: str,
+    config: PersisterConfig,
+    observed: Holder | None = None,
 ) -> Claim:
-    prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
+    """Claim the term after the newest one. With `observed` (the claim a candidate decided
+    on), the term after that one: if anyone claimed since, that term is taken and this
+    candidate loses instead of deposing a leader that started a moment earlier."""
+    if observed is None:
+        prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
+    else:
+        prior = observed.term
     term = NUMBER_TOP if prior is None else prior - 1
     body = orjson.dumps(
         {"term": term, "leader_id": leader_id, "pod": pod_name, "started_at_ms": now_ms()}

@@ -11,9 +11,11 @@ from prometheus_client import REGISTRY
 from services.persister.engine import Engine
 from services.persister.leadership import (
     Claim,
+    Holder,
     LostClaim,
     OpenedTerm,
     claim,
+    newest_claim_holder,
     newest_claim_pod,
     open_term,
 )
@@ -102,6 +104,29 @@ def test_concurrent_candidates_one_wins_the_claim() -> None:
     results = run(both())
     assert sum(isinstance(r, Claim) for r in results) == 1
     assert sum(isinstance(r, LostClaim) for r in results) == 1
+
+
+def test_a_candidate_that_decided_on_an_older_claim_loses_instead_of_deposing() -> None:
+    """Two pods start together and both see no claim: the one that claims second must
+    not take the term after the winner's (that would depose a leader that just began)."""
+
+    async def scenario() -> tuple[Holder, Claim, BaseException | Claim, Holder]:
+        store = MemoryStore()
+        seen_by_b = await newest_claim_holder(store, FAST)
+        a = await claim(store, leader_id="a", pod_name="a", config=FAST)
+        try:
+            b: BaseException | Claim = await claim(
+                store, leader_id="b", pod_name="b", config=FAST, observed=seen_by_b
+            )
+        except LostClaim as e:
+            b = e
+        return seen_by_b, a, b, await newest_claim_holder(store, FAST)
+
+    seen_by_b, a, b, newest = run(scenario())
+    assert seen_by_b == Holder(None, None)
+    assert a.term == TOP
+    assert isinstance(b, LostClaim)
+    assert newest == Holder(TOP, "a")
 
 
 def test_next_leader_continues_versions_and_numbers_after_recovery() -> None:

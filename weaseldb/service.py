@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -186,8 +187,19 @@ class Stage(Protocol):
 
 
 def write_port_file(run_dir: str, name: str, port: int) -> None:
+    """`<run_dir>/<name>.port`, replaced whole: other stages read it while we start."""
     path = Path(run_dir) / f"{name}.port"
-    path.write_text(str(port))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(str(port))
+    temporary.replace(path)
+
+
+def read_port_file(run_dir: str | Path, name: str) -> int | None:
+    """The port a stage wrote at start; None when it has not written one (yet)."""
+    try:
+        return int((Path(run_dir) / f"{name}.port").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 async def run_stage(

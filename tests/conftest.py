@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
+from tests.support import cluster
 from tests.support.minio import MinioServer, minio_binary
+
+#: How much of each set's log a failing test's report carries.
+LOG_TAIL_CHARS = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test's report carries the log tails of the process sets still on disk (the
+    test's own and its module's): fixtures remove run directories afterwards, and a set
+    that died under a test says why only there."""
+    report = yield
+    cluster.started_logs[:] = [p for p in cluster.started_logs if p.exists()]
+    if report.failed:
+        for path in dict.fromkeys(cluster.started_logs):
+            text = path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+            report.sections.append((f"process log {path}", text))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -84,7 +84,7 @@ def test_history_survives_restarts_and_truncation_is_reported(
         wait_for(lambda: sub.versions() == [kept["version"]])
         sub.stop()
     finally:
-        assert fourth.stop() == 0
+        assert fourth.stop() == 0, fourth.log()
 
 
 def test_ids_of_void_batches_are_not_committed(tmp_path: Path, run_dir: Path) -> None:

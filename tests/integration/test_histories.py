@@ -6,35 +6,16 @@ the change stream and checked for lost, doubled, phantom and non-serializable co
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
-from tests.support.histories import Attempt, Workload, check, read_log, retry
+from tests.support.histories import Workload, assert_history_is_clean, retried
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def retried(url: str, workload: Workload, acknowledged_sample: int = 40) -> list[Attempt]:
-    """Retry every commit whose outcome is unknown, and a sample of acknowledged ones."""
-    unknown = [a for a in workload.attempts if a.outcome in ("unknown", "pending")]
-    committed = [a for a in workload.attempts if a.outcome == "committed"]
-    sample = random.Random(3).sample(committed, min(acknowledged_sample, len(committed)))
-    return [retry(url, a) for a in unknown + sample]
-
-
-def assert_history_is_clean(url: str, workload: Workload, retries: list[Attempt]) -> None:
-    log = read_log(url)
-    problems = check(log, workload.attempts, retries)
-    assert not problems, "\n".join(problems[:30])
-    # The run must have exercised what it claims to check.
-    assert workload.count("committed") >= 200
-    rejected = [a for a in workload.attempts if a.conflicts]
-    assert any(c["reason"] == "conflict" for a in rejected for c in a.conflicts)
 
 
 def commits_grow_by(workload: Workload, count: int) -> None:

@@ -145,7 +145,11 @@ def test_sigkill_persister_with_many_batches_in_flight(minio: MinioServer, run_d
         load = Load(cluster.url, concurrency=48).start()
         persister = cluster.port + 3
         wait_for(
-            lambda: metric(persister, "weaseldb_persister_in_flight") >= 10, what="10 in flight"
+            lambda: (
+                bool(load.acknowledged) and metric(persister, "weaseldb_persister_in_flight") >= 10
+            ),
+            timeout=60,
+            what="commits acknowledged and 10 batches in flight",
         )
         acknowledged_before = len(load.acknowledged)
         os.kill(cluster.service_pid("persister"), signal.SIGKILL)

@@ -4,7 +4,6 @@ a previous snapshot (a first run up to a batch in the middle, a second to the en
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,10 +13,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from tests.support.logs import BatchSpec, build_log, write_log
+from tests.support.logs import BatchSpec, build_log, write_log_at
 from weaseldb import manifest
 from weaseldb.batchfile import Batch
-from weaseldb.blobstore import open_store
 from weaseldb.fold import reference_fold
 from weaseldb.protocol import Delete, RangeDelete, Write
 from weaseldb.validity import valid_flags
@@ -76,12 +74,7 @@ def test_spark_job_equals_reference_fold(
     root = Path(tempfile.mkdtemp(prefix="fold-"))
     store_url = f"dir:{root}"
 
-    async def write() -> None:
-        store = open_store(store_url)
-        await write_log(store, batches)
-        await store.close()
-
-    asyncio.run(write())
+    write_log_at(store_url, batches)
     middle = int(split * (len(batches) - 1))
     first = job.run(spark, job.Options(store_url, upto_batch=batches[middle].batch), _quiet)
     second = job.run(spark, job.Options(store_url), _quiet)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support.logs import BatchSpec, build_log, write_log
+from tests.support.logs import BatchSpec, build_log, write_log_at
 from weaseldb import batchfile, gc, history, layout, manifest
 from weaseldb.blobstore import list_all, open_store
 from weaseldb.protocol import RangeDelete, Write
@@ -28,12 +28,7 @@ def make_store(count: int = 20) -> str:
     root = Path(tempfile.mkdtemp(prefix="publish-"))
     url = f"dir:{root}"
 
-    async def write() -> None:
-        store = open_store(url)
-        await write_log(store, build_log(specs))
-        await store.close()
-
-    asyncio.run(write())
+    write_log_at(url, build_log(specs))
     return url
 
 

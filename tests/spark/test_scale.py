@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support.logs import synthetic_log, write_log
-from weaseldb.blobstore import open_store
+from tests.support.logs import synthetic_log, write_log_at
 from weaseldb.fold import reference_fold
 from weaseldb.validity import valid_flags
 from weaseldb_compaction import job
@@ -23,12 +21,7 @@ def test_million_operations_equal_the_reference_fold(spark: SparkSession, tmp_pa
     assert sum(len(t.operations) for b in batches for t in b.transactions) >= 1_000_000
     url = f"dir:{tmp_path}"
 
-    async def write() -> None:
-        store = open_store(url)
-        await write_log(store, batches)
-        await store.close()
-
-    asyncio.run(write())
+    write_log_at(url, batches)
     flags = valid_flags([b.term for b in batches])
     assert not all(flags)  # the void batches are there
     expected = reference_fold(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,15 +15,30 @@ from pathlib import Path
 
 from tests.support.waiting import http_ok, wait_for
 
+#: Where test sets listen: below Linux's ephemeral range (32768-60999 by default), so an
+#: outgoing connection (a client, kubectl, the kind tier's port-forwards) can never take
+#: a set's port between two restarts on it. Each xdist worker draws from its own slice,
+#: with its own generator (hypothesis reseeds the global one), so two workers never pick
+#: the same block between checking it and binding it.
+PORT_RANGE = (16000, 30000)
+_ports = random.Random(int.from_bytes(os.urandom(8), "big"))
+
+
+def _port_slice() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker) if worker.isdigit() else 0
+    low, high = PORT_RANGE
+    width = (high - low) // max(workers, 1)
+    return low + index * width, low + (index + 1) * width
+
 
 def free_port_block(size: int = 4) -> int:
-    """A base port with `size` consecutive free ports (the set uses port..port+3)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + size >= 65535:
-            continue
+    """A base port with `size` consecutive free ports (the set uses port..port+3, and its
+    gateway workers port+1000 onwards)."""
+    low, high = _port_slice()
+    for _ in range(500):
+        base = _ports.randrange(low, high - 1000 - size)
         if all(_is_free(base + i) for i in range(size)) and all(
             _is_free(base + 1000 + i) for i in range(size)
         ):
@@ -37,6 +53,11 @@ def _is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+#: Log files of the sets started by the running test; tests/conftest.py attaches their
+#: tails to a failing test's report (the run directories are gone by the time CI prints).
+started_logs: list[Path] = []
 
 
 def short_run_dir() -> Path:
@@ -59,6 +80,7 @@ class ProcessSet:
 
     def start(self, timeout: float = 60) -> ProcessSet:
         self.log_path = self.run_dir / "up.log"
+        started_logs.append(self.log_path)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         command = [
             sys.executable,
@@ -165,6 +187,7 @@ class ServiceSet:
         return self
 
     def start_stage(self, stage: str) -> None:
+        started_logs.append(self.run_dir / f"{stage}.log")
         log = open(self.run_dir / f"{stage}.log", "ab")  # noqa: SIM115 - closed with it
         self.processes[stage] = subprocess.Popen(
             [

@@ -23,6 +23,7 @@ import asyncio
 import base64
 import random
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class Attempt:
     version: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
+    answered_at: float = 0.0  # time.monotonic() when the answer (or the error) came
 
     @property
     def request_id(self) -> str:
@@ -83,6 +85,7 @@ class Attempt:
 
 def classify(response: httpx.Response | None, attempt: Attempt) -> Attempt:
     """Record an answer. A connection error or timeout leaves the outcome unknown."""
+    attempt.answered_at = time.monotonic()
     if response is None:
         attempt.outcome = "unknown"
         return attempt
@@ -141,6 +144,7 @@ class Workload:
     clients: int = 12
     seed: int = 7
     attempts: list[Attempt] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)  # answers no client should get
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -156,6 +160,24 @@ class Workload:
 
     def count(self, outcome: str) -> int:
         return sum(a.outcome == outcome for a in self.attempts)
+
+    def longest_silence(self, since: float = 0.0) -> float:
+        """The longest time, in seconds, between two `committed` answers after `since`:
+        how long clients could not commit (a failover, a restart)."""
+        times = sorted(
+            a.answered_at
+            for a in self.attempts
+            if a.outcome == "committed" and a.answered_at >= since
+        )
+        return max((b - a for a, b in pairwise(times)), default=0.0)
+
+    def errors_after(self, since: float) -> dict[str, int]:
+        """How many answers after `since` were each kind of clean error."""
+        counts: dict[str, int] = {}
+        for a in self.attempts:
+            if a.answered_at >= since and a.outcome in ("unknown", "not_leader"):
+                counts[a.outcome] = counts.get(a.outcome, 0) + 1
+        return counts
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=20) as client:
@@ -175,7 +197,11 @@ class Workload:
                 response: httpx.Response | None = await client.post("/v1/commit", json=attempt.body)
             except httpx.HTTPError:
                 response = None
-            classify(response, attempt)
+            try:
+                classify(response, attempt)
+            except (AssertionError, ValueError) as e:  # recorded; the history check fails
+                self.unexpected.append(str(e))
+                attempt.outcome = "unknown"
             if attempt.outcome in ("unknown", "not_leader"):
                 await asyncio.sleep(0.05)
 
@@ -314,3 +340,26 @@ def _check_serializable(log: list[Logged], attempts: list[Attempt]) -> Iterator[
                     f"false conflict: {attempt.request_id} (read at {read_at}) rejected, but "
                     f"nothing touched its range up to {attempt.version}"
                 )
+
+
+def retried(url: str, workload: Workload, acknowledged_sample: int = 40) -> list[Attempt]:
+    """Retry every commit whose outcome is unknown, and a sample of acknowledged ones."""
+    unknown = [a for a in workload.attempts if a.outcome in ("unknown", "pending")]
+    committed = [a for a in workload.attempts if a.outcome == "committed"]
+    sample = random.Random(3).sample(committed, min(acknowledged_sample, len(committed)))
+    return [retry(url, a) for a in unknown + sample]
+
+
+def assert_history_is_clean(
+    url: str, workload: Workload, retries: list[Attempt], *, min_committed: int = 200
+) -> list[Logged]:
+    """The log read back has no anomaly, no client got an answer outside the API's
+    vocabulary, and the run exercised what it claims to check. The log, for more checks."""
+    assert not workload.unexpected, "\n".join(workload.unexpected[:10])
+    log = read_log(url)
+    problems = check(log, workload.attempts, retries)
+    assert not problems, "\n".join(problems[:30])
+    assert workload.count("committed") >= min_committed
+    rejected = [a for a in workload.attempts if a.conflicts]
+    assert any(c["reason"] == "conflict" for a in rejected for c in a.conflicts)
+    return log

@@ -3,12 +3,13 @@ operations, written through the real batch format into any blob store."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from weaseldb import batchfile, layout
 from weaseldb.batchfile import Batch, Transaction
-from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore import BlobStore, open_store
 from weaseldb.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.types import NUMBER_TOP
 from weaseldb.validity import ValidityWalk
@@ -57,6 +58,19 @@ def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> 
 async def write_log(store: BlobStore, batches: Sequence[Batch]) -> None:
     for batch in batches:
         await store.put_if_absent(layout.batch_key(batch.batch), batchfile.encode(batch))
+
+
+def write_log_at(store_url: str, batches: Sequence[Batch]) -> None:
+    """write_log into the store at `store_url`, from synchronous test code."""
+
+    async def write() -> None:
+        store = open_store(store_url)
+        try:
+            await write_log(store, batches)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
 
 
 def synthetic_log(

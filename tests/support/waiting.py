@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -23,3 +24,15 @@ def http_ok(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def stop_process(
+    process: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 10
+) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `grace` seconds."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)

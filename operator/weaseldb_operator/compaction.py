@@ -20,7 +20,7 @@ from croniter import croniter
 
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.resources import labels, owner_reference
-from weaseldb_operator.spec import Compaction, Database
+from weaseldb_operator.spec import Compaction, Database, SparkResources
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 SPARK_KIND = "SparkApplication"
@@ -104,10 +104,31 @@ def due(
     return None
 
 
-def _env(db: Database) -> dict[str, Any]:
-    if not db.storage.credentials_secret:
+#: The variables the job's S3 client reads, each from the key of the same name in
+#: `spec.storage.credentialsSecret`.
+CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def credentials_conf(db: Database) -> dict[str, str]:
+    """The store's keys as environment variables of the driver and executor pods, through
+    Spark's own `secretKeyRef` settings: spark-submit sets them on the pods it creates, so
+    they arrive whether or not the Spark operator runs its mutating webhook (pod fields
+    such as `envFrom` need the webhook)."""
+    secret = db.storage.credentials_secret
+    if not secret:
         return {}
-    return {"envFrom": [{"secretRef": {"name": db.storage.credentials_secret}}]}
+    return {
+        f"spark.kubernetes.{role}.secretKeyRef.{key}": f"{secret}:{key}"
+        for role in ("driver", "executor")
+        for key in CREDENTIAL_KEYS
+    }
+
+
+def _cpu_and_memory(resources: SparkResources) -> dict[str, Any]:
+    out: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory}
+    if resources.core_request is not None:
+        out["coreRequest"] = resources.core_request
+    return out
 
 
 def spark_application_for(db: Database, compaction: Compaction, slot: str) -> dict[str, Any]:
@@ -138,20 +159,16 @@ def spark_application_for(db: Database, compaction: Compaction, slot: str) -> di
             "sparkVersion": SPARK_VERSION,
             "restartPolicy": {"type": "Never"},
             "timeToLiveSeconds": compaction.ttl_seconds,
-            "sparkConf": {"spark.ui.enabled": "false"},
+            "sparkConf": {"spark.ui.enabled": "false", **credentials_conf(db)},
             "driver": {
-                "cores": compaction.driver.cores,
-                "memory": compaction.driver.memory,
+                **_cpu_and_memory(compaction.driver),
                 "serviceAccount": compaction.service_account,
                 "labels": pod_labels,
-                **_env(db),
             },
             "executor": {
                 "instances": compaction.executors,
-                "cores": compaction.executor.cores,
-                "memory": compaction.executor.memory,
+                **_cpu_and_memory(compaction.executor),
                 "labels": pod_labels,
-                **_env(db),
             },
         },
     }
@@ -181,16 +198,28 @@ def last_compaction(app: dict[str, Any], version: int | None) -> dict[str, Any]:
     return record
 
 
-def condition_for(app: dict[str, Any] | None, current_reason: str | None) -> Condition | None:
+def condition_for(
+    app: dict[str, Any] | None,
+    current_reason: str | None,
+    last_finished: dict[str, Any] | None = None,
+) -> Condition | None:
     """CompactionHealthy for the newest run; None leaves the condition as it is (a run in
-    progress says nothing new about health once one has finished)."""
-    if app is None or not is_finished(app):
-        if current_reason in (None, Reason.NOT_CONFIGURED):
-            return Condition(
-                Type.COMPACTION_HEALTHY, "Unknown", Reason.NO_COMPACTION_YET,
-                "spec.compaction is set; no run has finished yet",
-            )  # fmt: skip
+    progress says nothing new about health once one has finished). A condition that says
+    nothing about runs (not configured yet, Spark unreachable a moment ago) is replaced by
+    what the newest finished run says, or NoCompactionYet."""
+    if app is not None and is_finished(app):
+        return _finished_condition(app)
+    if current_reason not in (None, Reason.NOT_CONFIGURED, Reason.SPARK_UNAVAILABLE):
         return None
+    if last_finished is not None:
+        return _finished_condition(last_finished)
+    return Condition(
+        Type.COMPACTION_HEALTHY, "Unknown", Reason.NO_COMPACTION_YET,
+        "spec.compaction is set; no run has finished yet",
+    )  # fmt: skip
+
+
+def _finished_condition(app: dict[str, Any]) -> Condition:
     name = app["metadata"]["name"]
     state = state_of(app)
     if state in SUCCEEDED:

@@ -78,20 +78,28 @@ class CompactionLoop:
                 log.info("%s/%s: created %s (%s)", db.namespace, db.name,
                          app["metadata"]["name"], wanted.why)  # fmt: skip
                 apps.append(app)
-        return self._report(body, compaction.newest(apps), version)
+        finished = compaction.newest(a for a in apps if compaction.is_finished(a))
+        return self._report(body, compaction.newest(apps), finished, version)
 
     def _report(
-        self, body: dict[str, Any], app: dict[str, Any] | None, version: int | None
+        self,
+        body: dict[str, Any],
+        app: dict[str, Any] | None,
+        finished: dict[str, Any] | None,
+        version: int | None,
     ) -> tuple[list[Condition], dict[str, Any]]:
         current = [
             c for c in (body.get("status") or {}).get("conditions") or []
             if c.get("type") == Type.COMPACTION_HEALTHY
         ]  # fmt: skip
-        update = compaction.condition_for(app, current[0].get("reason") if current else None)
+        reason = current[0].get("reason") if current else None
+        update = compaction.condition_for(app, reason, finished)
         extra: dict[str, Any] = {}
         if app is not None:
-            finished = compaction.state_of(app) in compaction.SUCCEEDED
-            extra["lastCompaction"] = compaction.last_compaction(app, version if finished else None)
+            succeeded = compaction.state_of(app) in compaction.SUCCEEDED
+            extra["lastCompaction"] = compaction.last_compaction(
+                app, version if succeeded else None
+            )
         return ([update] if update else []), extra
 
     async def _snapshot_lag(self, db: Database) -> tuple[int | None, int | None]:

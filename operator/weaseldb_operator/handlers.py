@@ -68,23 +68,20 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     await memo.kube.close()
 
 
-def _status_path(namespace: str, name: str) -> str:
-    return path_for(API_VERSION, KIND, namespace, name) + "/status"
-
-
 async def _set_conditions(
     kube: Kube, body: kopf.Body, updates: list[Condition], extra: dict[str, Any]
 ) -> None:
+    def status(current: dict[str, Any]) -> dict[str, Any]:
+        merged = conditions.merged(
+            list((current.get("status") or {}).get("conditions") or []),
+            updates,
+            now=now_iso(),
+            generation=int(current["metadata"].get("generation", 0)),
+        )
+        return {"conditions": merged, **extra}
+
     meta = body["metadata"]
-    merged = conditions.merged(
-        list(body.get("status", {}).get("conditions") or []),
-        updates,
-        now=now_iso(),
-        generation=int(meta.get("generation", 0)),
-    )
-    await kube.merge_patch(
-        _status_path(meta["namespace"], meta["name"]), {"status": {"conditions": merged, **extra}}
-    )
+    await kube.patch_status(path_for(API_VERSION, KIND, meta["namespace"], meta["name"]), status)
 
 
 async def _reject(kube: Kube, body: kopf.Body, error: SpecError) -> None:

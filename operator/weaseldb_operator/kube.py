@@ -8,6 +8,7 @@ again is a no-op. The calls go through the official asyncio client (kubernetes_a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 FIELD_MANAGER = "weaseldb-operator"
 #: Seconds one API request may take.
 REQUEST_TIMEOUT_S = 30
+#: Reads and writes of one status before giving up to the next pass.
+STATUS_ATTEMPTS = 5
 
 _PLURALS = {
     "ConfigMap": "configmaps",
@@ -154,6 +157,35 @@ class Kube:
         return await self.request(
             "PATCH", path, body=body, content_type="application/merge-patch+json"
         )
+
+    async def patch_status(
+        self,
+        path: str,
+        compute: Callable[[dict[str, Any]], dict[str, Any] | None],
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        """Merge `compute(object)` into the status of the object at `path`, with its
+        resourceVersion as a precondition. The reconciler and the observer both write
+        conditions; a patch from a stale read would drop what the other just wrote, so a
+        conflict (409) reads the object again and recomputes. `body`, when given, is a
+        recent read to try first; None from `compute` means nothing to write."""
+        for _ in range(STATUS_ATTEMPTS):
+            current = body if body is not None else await self.get(path)
+            body = None
+            if current is None:
+                return
+            status = compute(current)
+            if status is None:
+                return
+            version = current["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": version}, "status": status}
+            try:
+                await self.merge_patch(path + "/status", patch)
+                return
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+        raise KubeError(409, f"{path}: status changed under every one of {STATUS_ATTEMPTS} writes")
 
     async def delete(self, path: str) -> bool:
         """True when something was deleted, False when it did not exist."""

@@ -53,6 +53,7 @@ class PodView:
     deleting: bool = False
     standby: bool = False  # its persister answered /readyz with a "standby" reason
     role: str | None = None  # current value of the role label
+    revision: str | None = None  # the StatefulSet revision it was created from
 
 
 @dataclass(frozen=True)

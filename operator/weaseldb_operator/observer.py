@@ -19,12 +19,12 @@ import aiohttp
 from prometheus_client import Counter
 
 from weaseldb.blobstore import BlobError
-from weaseldb_operator import conditions
+from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, decide
-from weaseldb_operator.resources import ROLE_LABEL, selector_labels
+from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
 from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
 
@@ -127,8 +127,10 @@ class Observer:
             await self._write_status(db, body, None, updates, None, compaction_status)
             return
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
-        decision = self._decide(db, claim, pods, [await self._view(db, p) for p in pods])
+        views = [await self._view(db, p) for p in pods]
+        decision = self._decide(db, claim, pods, views)
         await self._act(db, decision, pods)
+        await self._roll(db, decision, views, pods)
         version = await self._committed_version(decision, pods)
         updates = [*decision.conditions, *compaction_conditions]
         await self._write_status(db, body, decision, updates, version, compaction_status)
@@ -165,6 +167,7 @@ class Observer:
             deleting=bool(meta.get("deletionTimestamp")),
             standby=not is_ready and await self._is_standby(pod),
             role=meta.get("labels", {}).get(ROLE_LABEL),
+            revision=meta.get("labels", {}).get(REVISION_LABEL),
         )
 
     async def _is_standby(self, pod: dict[str, Any]) -> bool:
@@ -186,6 +189,31 @@ class Observer:
             log.info("%s/%s: pod %s labelled %s", db.namespace, db.name, name, role)
         if decision.promote is not None:
             await self._promote(db, decision.promote, pods)
+
+    async def _roll(
+        self, db: Database, decision: Decision, views: list[PodView], pods: list[dict[str, Any]]
+    ) -> None:
+        """One step of bringing the pods to the StatefulSet's current revision (rollout.py)."""
+        sts = await self._kube.get(path_for("apps/v1", "StatefulSet", db.namespace, db.name))
+        status = (sts or {}).get("status") or {}
+        settled = sts is not None and status.get("observedGeneration") == sts["metadata"].get(
+            "generation"
+        )
+        step = rollout.next_step(
+            views,
+            update_revision=status.get("updateRevision") if settled else None,
+            leader_pod=decision.leader.pod if decision.leader else None,
+            leader_ready=decision.leader_ready,
+            replicas=db.replicas,
+        )
+        if step is None:
+            return
+        log.warning("%s/%s: rollout: %s %s (%s)", db.namespace, db.name,
+                    step.action, step.pod, step.why)  # fmt: skip
+        if step.action == "promote":
+            await self._promote(db, step.pod, pods)
+        else:
+            await self._kube.delete(path_for("v1", "Pod", db.namespace, step.pod))
 
     async def _promote(self, db: Database, name: str, pods: list[dict[str, Any]]) -> None:
         last = self._promoted_at.get(db.uid, 0.0)
@@ -221,12 +249,13 @@ class Observer:
         version: int | None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        status = body.get("status") or {}
-        wanted = {**status_for(db, status, decision, updates, version), **(extra or {})}
-        if all(status.get(k) == v for k, v in wanted.items()):
-            return
-        path = path_for(API_VERSION, KIND, db.namespace, db.name) + "/status"
-        await self._kube.merge_patch(path, {"status": wanted})
+        def changed(current: dict[str, Any]) -> dict[str, Any] | None:
+            status = current.get("status") or {}
+            wanted = {**status_for(db, status, decision, updates, version), **(extra or {})}
+            return None if all(status.get(k) == v for k, v in wanted.items()) else wanted
+
+        path = path_for(API_VERSION, KIND, db.namespace, db.name)
+        await self._kube.patch_status(path, changed, body)
 
 
 def _leader_status(claim: Claim) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from weaseldb_operator.spec import (
 ROLE_LABEL = "weaseldb.io/role"
 LEADER, STANDBY = "leader", "standby"
 CONFIG_HASH = "weaseldb.io/config-hash"
+#: Set by the StatefulSet controller on each pod: the template revision it was made from.
+REVISION_LABEL = "controller-revision-hash"
 CONFIG_FILE = "config.json"
 USER_ID = 10001
 
@@ -129,6 +131,9 @@ def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]
         "image": db.image,
         "imagePullPolicy": db.image_pull_policy,
         "command": ["weaseldb", "service", stage, "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        # Liveness only once the process answers: ten Python processes importing at once
+        # on a small node take longer than liveness' 30 s of patience (seen on kind).
+        "startupProbe": _probe(db, stage, "/healthz", period=2, failures=90),
         "readinessProbe": _probe(db, stage, "/readyz", period=2, failures=2),
         "livenessProbe": _probe(db, stage, "/healthz", period=10, failures=3),
         "resources": db.container_resources(stage),
@@ -179,6 +184,9 @@ def statefulset_for(db: Database) -> dict[str, Any]:
             "replicas": db.replicas,
             "serviceName": headless_name(db),
             "podManagementPolicy": "Parallel",
+            # The operator deletes outdated pods itself, standbys first (rollout.py): the
+            # StatefulSet's rolling update would wait for a standby to become Ready.
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector_labels(db)},
             "template": {
                 "metadata": {"labels": labels(db), "annotations": {CONFIG_HASH: config_hash(db)}},

@@ -88,6 +88,7 @@ class Storage:
 class SparkResources:
     cores: int = 1
     memory: str = "1g"
+    core_request: str | None = None  # the pod's CPU request when less than `cores`
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,12 @@ def _storage(spec: dict[str, Any]) -> Storage:
 
 def _spark_resources(raw: dict[str, Any] | None) -> SparkResources:
     raw = raw or {}
-    return SparkResources(int(raw.get("cores", 1)), str(raw.get("memory", "1g")))
+    request = raw.get("coreRequest")
+    return SparkResources(
+        int(raw.get("cores", 1)),
+        str(raw.get("memory", "1g")),
+        None if request is None else str(request),
+    )
 
 
 def compaction_from(raw: dict[str, Any] | None) -> Compaction | None:

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.kube import ControlPlane, missing_binaries
 from tests.support.minio import MinioServer
+from tests.support.waiting import stop_process
 
 
 @pytest.fixture(scope="session")
@@ -44,12 +45,7 @@ def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
     try:
         yield log_path
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process, grace=20)
 
 
 @pytest.fixture

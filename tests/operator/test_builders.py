@@ -65,12 +65,18 @@ def test_statefulset_runs_the_ring_in_one_pod() -> None:
         )
     )
     sts = statefulset_for(db)
+    # The operator rolls the pods itself (rollout.py): standbys are never Ready.
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
     pod = sts["spec"]["template"]["spec"]
     names = [c["name"] for c in pod["containers"]]
     assert names == ["gateway", "sequencer", "resolver", "persister"]
     for container, port in zip(pod["containers"], (8080, 8081, 8082, 8083), strict=True):
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        # Liveness waits for the process to answer at all (up to 3 minutes).
+        startup = container["startupProbe"]
+        assert startup["httpGet"] == {"path": "/healthz", "port": port}
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 180
         assert {"name": "run", "mountPath": "/run/weasel"} in container["volumeMounts"]
     memory = {c["name"]: c["resources"]["limits"]["memory"] for c in pod["containers"]}
     assert memory == {"gateway": "1Gi", "sequencer": "1Gi", "resolver": "1Gi", "persister": "2Gi"}

@@ -47,13 +47,14 @@ def test_operator_service_account_has_what_it_uses(
         ("patch", "statefulsets.apps"),
         ("delete", "poddisruptionbudgets.policy"),
         ("patch", "pods"),
+        ("delete", "pods"),  # the rollout of a configuration change
+        ("get", "statefulsets.apps"),  # its update revision
         ("create", "events"),
         ("create", "sparkapplications.sparkoperator.k8s.io"),
         ("list", "sparkapplications.sparkoperator.k8s.io"),
     ]
     denied = [
         ("get", "secrets"),
-        ("delete", "pods"),
         ("create", "pods"),
         ("delete", "weaseldbs"),
         ("delete", "sparkapplications.sparkoperator.k8s.io"),

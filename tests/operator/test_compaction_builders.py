@@ -91,7 +91,7 @@ def test_a_recorded_slot_is_not_run_again_after_its_application_expired() -> Non
 def test_spark_application_shape() -> None:
     db = database_from(
         body(image="weaseldb-spark:1", schedule="*/5 * * * *", executors=3,
-             executor={"cores": 2, "memory": "3g"}, gc=False)
+             executor={"cores": 2, "memory": "3g"}, driver={"coreRequest": "200m"}, gc=False)
     )  # fmt: skip
     assert db.compaction is not None
     obj = compaction.spark_application_for(db, db.compaction, "c202601010300")
@@ -104,7 +104,12 @@ def test_spark_application_shape() -> None:
     assert spec["arguments"] == ["--store", db.storage.url]  # gc: false
     assert spec["executor"]["instances"] == 3
     assert (spec["executor"]["cores"], spec["executor"]["memory"]) == (2, "3g")
-    assert spec["driver"]["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]
+    assert "coreRequest" not in spec["executor"]  # the pod requests `cores`
+    assert (spec["driver"]["cores"], spec["driver"]["coreRequest"]) == (1, "200m")
+    conf = spec["sparkConf"]
+    for role in ("driver", "executor"):
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert conf[f"spark.kubernetes.{role}.secretKeyRef.{key}"] == f"s3-keys:{key}"
     assert spec["mainApplicationFile"] == compaction.MAIN_APPLICATION_FILE
 
 
@@ -138,6 +143,13 @@ def test_bad_compaction_specs_name_the_field(spec: dict[str, Any], field: str) -
         pytest.param("COMPLETED", None, "True", Reason.COMPACTION_SUCCEEDED, id="completed"),
         pytest.param("FAILED", None, "False", Reason.COMPACTION_FAILED, id="failed"),
         pytest.param("SUBMISSION_FAILED", None, "False", Reason.COMPACTION_FAILED, id="rejected"),
+        pytest.param(
+            "RUNNING",
+            Reason.SPARK_UNAVAILABLE,
+            "Unknown",
+            Reason.NO_COMPACTION_YET,
+            id="spark-back-first-run",
+        ),
     ],
 )
 def test_condition_follows_the_newest_run(
@@ -145,3 +157,11 @@ def test_condition_follows_the_newest_run(
 ) -> None:
     found = compaction.condition_for(app("t1", state), current)
     assert (found.status if found else None, found.reason if found else None) == (status, reason)
+
+
+def test_spark_back_after_an_outage_reports_the_newest_finished_run() -> None:
+    found = compaction.condition_for(
+        app("t2", "RUNNING"), Reason.SPARK_UNAVAILABLE, app("t1", "COMPLETED")
+    )
+    assert found is not None
+    assert (found.status, found.reason) == ("True", Reason.COMPACTION_SUCCEEDED)

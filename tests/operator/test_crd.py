@@ -93,6 +93,18 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
             id="compaction-image",
         ),
         pytest.param(
+            {
+                "storage": STORAGE,
+                "compaction": {
+                    "image": "i",
+                    "schedule": "0 3 * * *",
+                    "driver": {"coreRequest": "a"},
+                },
+            },
+            "spec.compaction.driver.coreRequest: Invalid value",
+            id="compaction-core-request",
+        ),
+        pytest.param(
             {"storage": STORAGE, "resources": {"default": {"limits": {"memory": "lots"}}}},
             "spec.resources.default.limits.memory",
             id="quantity",

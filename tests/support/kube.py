@@ -31,7 +31,9 @@ from tests.support.waiting import wait_for
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 REPO = Path(__file__).resolve().parents[2]
-CRD_DIRS = (REPO / "charts/weaseldb/crds", REPO.parent / "shared/k8s/crds")
+#: The Spark operator's CRDs as the workplace provides them next to the repository.
+SHARED_SPARK_CRDS = REPO.parent / "shared/k8s/crds"
+SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kubectl")
 
 
@@ -41,7 +43,36 @@ def missing_binaries(names: tuple[str, ...] = CONTROL_PLANE_BINARIES) -> list[st
 
 def crd_files() -> list[Path]:
     """This project's CRD and the Spark operator's, both installed on every control plane."""
-    return [p for d in CRD_DIRS if d.is_dir() for p in sorted(d.glob("*.yaml")) if "_" in p.name]
+    dirs = (REPO / "charts/weaseldb/crds", spark_operator_crds())
+    return [p for d in dirs for p in sorted(d.glob("*.yaml")) if "_" in p.name]
+
+
+def spark_operator_crds() -> Path:
+    """The Spark operator's CRDs: the workplace's copy next to the repository, or (in a
+    clone anywhere else) those of the version the kind tier pins (hack/tools.env), from
+    the Go module cache (downloaded through the module proxy on first use)."""
+    if SHARED_SPARK_CRDS.is_dir():
+        return SHARED_SPARK_CRDS
+    pins = dict(
+        line.split("=", 1)
+        for line in (REPO / "hack/tools.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    module = f"{SPARK_OPERATOR_MODULE}@{pins['SPARK_OPERATOR_VERSION'].strip()}"
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", module],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"},
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"go mod download {module} failed: {result.stderr or result.stdout}")
+    crds = Path(json.loads(result.stdout)["Dir"]) / "config/crd/bases"
+    if not crds.is_dir():
+        raise RuntimeError(f"no CRDs in {module} ({crds})")
+    return crds
 
 
 @dataclass

@@ -15,12 +15,15 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/weaseldb
-COPY pyproject.toml README.md ./
+# Dependencies first, from pyproject.toml alone, so a source change rebuilds one layer.
+COPY pyproject.toml README.md hack/requirements-of.py ./
+RUN /opt/weaseldb/bin/python requirements-of.py pyproject.toml >requirements.txt \
+ && /opt/weaseldb/bin/pip install -r requirements.txt kopf==1.45.2
 COPY weaseldb ./weaseldb
 COPY services ./services
 COPY operator/weaseldb_operator ./operator/weaseldb_operator
 COPY spark/weaseldb_compaction ./spark/weaseldb_compaction
-RUN /opt/weaseldb/bin/pip install . kopf==1.45.2
+RUN /opt/weaseldb/bin/pip install --no-deps .
 
 # --- spark-build: the project with pyspark, and the S3A jars resolved from Maven Central
 # with the same Ivy files as `make tools` (hack/s3a), never the 686 MB AWS SDK bundle.
@@ -31,12 +34,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/weaseldb
-COPY pyproject.toml README.md ./
-COPY weaseldb ./weaseldb
-COPY services ./services
-COPY operator/weaseldb_operator ./operator/weaseldb_operator
-COPY spark/weaseldb_compaction ./spark/weaseldb_compaction
-RUN /opt/weaseldb/bin/pip install '.[spark]'
+COPY pyproject.toml README.md hack/requirements-of.py ./
+RUN /opt/weaseldb/bin/python requirements-of.py pyproject.toml spark >requirements.txt \
+ && /opt/weaseldb/bin/pip install -r requirements.txt
 COPY hack/s3a ./hack/s3a
 RUN spark_home="$(/opt/weaseldb/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
  && java -jar "$(ls "$spark_home"/jars/ivy-*.jar | head -n 1)" \
@@ -45,6 +45,11 @@ RUN spark_home="$(/opt/weaseldb/bin/python -c 'import os, pyspark; print(os.path
       -retrieve "/opt/s3a-jars/[artifact]-[revision](-[classifier]).[ext]" \
  && cp /opt/s3a-jars/*.jar "$spark_home/jars/" \
  && rm -rf /tmp/ivy
+COPY weaseldb ./weaseldb
+COPY services ./services
+COPY operator/weaseldb_operator ./operator/weaseldb_operator
+COPY spark/weaseldb_compaction ./spark/weaseldb_compaction
+RUN /opt/weaseldb/bin/pip install --no-deps .
 
 # --- spark: what the SparkApplication's driver and executor pods run
 FROM ${PYTHON_IMAGE} AS spark

@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml
 run: install
 	$(VENV)/bin/weaseldb up --data-dir ./data --port 8080 --run-dir ./run
 
-## The whole suite: unit, component and system tiers (slow ones included).
+## The whole suite: unit, component, system and kind tiers (slow ones included). The kind
+## tier (tests/e2e) runs after the rest, its cluster prepared meanwhile (hack/test.sh).
 test: install tools
-	PATH="$(TOOLS_BIN):$$PATH" $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	PATH="$(TOOLS_BIN):$$PATH" WEASELDB_TOOLS=$(TOOLS_BIN) bash hack/test.sh $(PY) $(PYTEST_ARGS)
 
 ## Everything but the slow system tier, for the edit-test loop.
 test-fast: install
@@ -59,6 +60,8 @@ bench: install tools
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.
 -include operator/operator.mk
+# The kind cluster of the e2e tier (e2e-cluster, e2e-cluster-down, e2e-images, test-e2e).
+-include hack/e2e.mk
 
 clean:
 	rm -rf $(VENV) run data .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the external tools WeaselDB's tests and benchmarks use (minio, etcd,
 # kube-apiserver, kubectl, helm) from source through the Go module proxy, once,
-# into ${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}. Versions are pinned in
+# into ${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}. The kind end-to-end tier needs
+# more (kind, the node's Kubernetes binaries, coredns, containerd, pause and the Spark
+# operator): `bash hack/tools.sh e2e` builds those too (hack/e2e-cluster.sh does). Versions are pinned in
 # hack/tools.env; a tool is rebuilt only when its binary is missing or its
 # stamp ($BIN/.<tool>.version) differs from the pinned version.
 #
@@ -12,6 +14,7 @@
 #   bash hack/tools.sh                  # all tools
 #   bash hack/tools.sh minio etcd       # only these
 #   bash hack/tools.sh --force kubectl  # rebuild even if current
+#   bash hack/tools.sh e2e              # the tools of the kind tier (E2E_TOOLS)
 #
 # See docs/tools.md (build times, the control-plane start recipe).
 set -euo pipefail
@@ -23,6 +26,12 @@ source "$HERE/tools.env"
 BIN="${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}"
 WORK="$BIN/.build"
 ALL_TOOLS=(minio etcd kube-apiserver kubectl helm s3a-jars)
+# Only for the kind tier; never built by a bare `bash hack/tools.sh`.
+KUBE_NODE_TOOLS=(kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy)
+E2E_TOOLS=(kind "${KUBE_NODE_TOOLS[@]}" coredns containerd runc pause spark-operator)
+KNOWN_TOOLS=("${ALL_TOOLS[@]}" "${E2E_TOOLS[@]}")
+# Every k8s.io/kubernetes command the wrapper module can build.
+KUBE_COMMANDS=(kube-apiserver kubectl "${KUBE_NODE_TOOLS[@]}")
 S3A_JARS="${WEASELDB_S3A_JARS:-$HOME/.cache/weaseldb/s3a-jars}"
 PYTHON="${WEASELDB_PYTHON:-$HERE/../.venv/bin/python}"
 
@@ -30,9 +39,10 @@ die() { echo "tools.sh: $*" >&2; exit 1; }
 
 usage() {
   cat <<EOF
-usage: bash hack/tools.sh [--force] [TOOL...]
+usage: bash hack/tools.sh [--force] [TOOL...|e2e]
 Builds (once) into $BIN: ${ALL_TOOLS[*]}
-Pinned versions: hack/tools.env. No TOOL = all.
+The kind tier's tools (TOOL "e2e" = all of them): ${E2E_TOOLS[*]}
+Pinned versions: hack/tools.env. No TOOL = ${ALL_TOOLS[*]}.
 EOF
 }
 
@@ -42,9 +52,15 @@ display_version() {
   case "$1" in
     minio) echo "$MINIO_RELEASE" ;;
     etcd) echo "$ETCD_VERSION" ;;
-    kube-apiserver | kubectl) echo "$KUBERNETES_VERSION" ;;
+    kube-apiserver | kubectl | kubelet | kubeadm | kube-controller-manager | kube-scheduler | kube-proxy | pause)
+      echo "$KUBERNETES_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     s3a-jars) echo "$(sha256sum "$HERE/s3a/ivy.xml" | cut -c1-16)" ;;
+    kind) echo "$KIND_VERSION" ;;
+    coredns) echo "$COREDNS_VERSION" ;;
+    containerd) echo "$CONTAINERD_VERSION" ;;
+    runc) echo "$RUNC_VERSION" ;;
+    spark-operator) echo "$SPARK_OPERATOR_VERSION" ;;
   esac
 }
 
@@ -57,7 +73,7 @@ stamp_value() {
 }
 
 is_current() {
-  local t="$1" have=""
+  local t="$1" have="" extra
   if [[ "$t" == s3a-jars ]]; then
     [[ -f "$S3A_JARS/.version" ]] || return 1
     read -r have <"$S3A_JARS/.version" || true
@@ -65,6 +81,7 @@ is_current() {
     return
   fi
   [[ -x "$BIN/$t" && -f "$BIN/.$t.version" ]] || return 1
+  for extra in $(extra_binaries "$t"); do [[ -x "$BIN/$extra" ]] || return 1; done
   read -r have <"$BIN/.$t.version" || true
   [[ "$have" == "$(stamp_value "$t")" ]]
 }
@@ -119,9 +136,9 @@ build_etcd() {
 # with ./staging/src/...; a wrapper module maps each to its published
 # v0.MINOR.PATCH instead (the way envtest/kubebuilder users build it).
 prepare_kubernetes() {
-  local dir="$WORK/kubernetes" ready=""
+  local dir="$WORK/kubernetes" ready="" want="$KUBERNETES_VERSION ${KUBE_COMMANDS[*]}" c
   [[ -f "$dir/.ready" ]] && read -r ready <"$dir/.ready"
-  [[ "$ready" == "$KUBERNETES_VERSION" ]] && return 0
+  [[ "$ready" == "$want" ]] && return 0
   local staging="v0.${KUBERNETES_VERSION#v1.}" upstream
   upstream="$(gomod_of "k8s.io/kubernetes@$KUBERNETES_VERSION")"
   rm -rf "$dir" && mkdir -p "$dir"
@@ -137,16 +154,15 @@ prepare_kubernetes() {
     echo ")"
     echo
     echo "tool ("
-    echo "	k8s.io/kubernetes/cmd/kube-apiserver"
-    echo "	k8s.io/kubernetes/cmd/kubectl"
+    for c in "${KUBE_COMMANDS[@]}"; do echo "	k8s.io/kubernetes/cmd/$c"; done
     echo ")"
   } >"$dir/go.mod"
   grep -q ' => k8s.io/api ' "$dir/go.mod" || { echo "no staging replaces found in $upstream"; return 1; }
   (cd "$dir" && go mod tidy)
-  echo "$KUBERNETES_VERSION" >"$dir/.ready"
+  echo "$want" >"$dir/.ready"
 }
 
-build_kube() { # cmd name: kube-apiserver | kubectl
+build_kube() { # cmd name: one of KUBE_COMMANDS
   prepare_kubernetes
   local v="$KUBERNETES_VERSION" minor ld="-s -w" p
   minor="$(echo "$v" | cut -d. -f2)"
@@ -194,19 +210,108 @@ fetch_s3a_jars() {
   echo "s3a-jars: $(ls "$S3A_JARS"/*.jar | wc -l) jars into $S3A_JARS in $((SECONDS - start))s"
 }
 
+build_kind() {
+  GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
+}
+
+build_coredns() {
+  GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+}
+
+# A throwaway main module that requires MODULE@VERSION and copies the `replace` and
+# `exclude` directives of its go.mod: `go install pkg@version` refuses modules that have
+# them, and without them the build list would differ from upstream's own build.
+#   wrapper_module DIR MODULE VERSION PACKAGE...    (then `go build` in DIR)
+wrapper_module() {
+  local dir="$1" mod="$2" version="$3" upstream p
+  shift 3
+  upstream="$(gomod_of "$mod@$version")"
+  rm -rf "$dir" && mkdir -p "$dir"
+  {
+    echo "module weaseldb.local/tools/$(basename "$dir")"
+    echo
+    go_directives "$upstream"
+    echo
+    echo "require $mod $version"
+    echo
+    awk '/^(replace|exclude) \($/ { keep = 1 } keep { print } keep && /^\)$/ { keep = 0 }
+         /^(replace|exclude) [^(]/ { print }' "$upstream"
+    echo
+    for p in "$@"; do echo "tool $p"; done
+  } >"$dir/go.mod"
+  (cd "$dir" && go mod tidy)
+}
+
+# Three binaries under one stamp: the daemon, its CLI (`kind load` uses `ctr`) and the
+# runc shim. The build tags leave out snapshotters nobody selects in a kind node (the
+# same set kind's base image uses); CGO is off, so they are static.
+build_containerd() {
+  local mod="github.com/containerd/containerd/v2" dir="$WORK/containerd" c
+  local ld="-s -w -X $mod/version.Version=$CONTAINERD_VERSION -X $mod/version.Package=$mod"
+  wrapper_module "$dir" "$mod" "$CONTAINERD_VERSION" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2" "$mod/cmd/containerd"
+  for c in ctr containerd-shim-runc-v2 containerd; do
+    (cd "$dir" && go build -trimpath -tags "no_aufs no_zfs no_btrfs no_devmapper" \
+      -ldflags "$ld" -o "$STAGE/$c" "$mod/cmd/$c")
+  done
+}
+
+# runc needs cgo (its nsexec is C) and libseccomp (seccomp profiles, RuntimeDefault):
+# linked against this host's glibc and libseccomp2, like the Debian node it runs in.
+build_runc() {
+  local mod="github.com/opencontainers/runc"
+  pkg-config --exists libseccomp || { echo "runc needs libseccomp-dev and pkg-config"; return 1; }
+  CGO_ENABLED=1 GOBIN="$STAGE" go install -trimpath -tags "seccomp urfave_cli_no_docs" \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" "$mod@$RUNC_VERSION"
+}
+
+# The sandbox ("pause") container's program is 60 lines of C in k8s.io/kubernetes;
+# built statically so it runs in an image with nothing else in it.
+build_pause() {
+  local src tag
+  command -v gcc >/dev/null || { echo "pause needs gcc (apt-get install gcc libc6-dev)"; return 1; }
+  src="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')/build/pause"
+  tag="$(sed -n 's/^TAG ?= //p' "$src/Makefile")"
+  gcc -Os -Wall -Werror -static -DVERSION="v$tag-$KUBERNETES_VERSION" -o "$STAGE/pause" "$src/linux/pause.c"
+}
+
+# github.com/kubeflow/spark-operator/v2 pins its k8s.io modules with `replace`.
+build_spark_operator() {
+  local mod="github.com/kubeflow/spark-operator/v2" dir="$WORK/spark-operator"
+  wrapper_module "$dir" "$mod" "$SPARK_OPERATOR_VERSION" "$mod/cmd/operator"
+  (cd "$dir" && go build -trimpath \
+    -ldflags "-s -w -X $mod/pkg/version.version=$SPARK_OPERATOR_VERSION" \
+    -o "$STAGE/spark-operator" "$mod/cmd/operator")
+}
+
 build_one() {
   case "$1" in
     minio) build_minio ;;
     etcd) build_etcd ;;
-    kube-apiserver | kubectl) build_kube "$1" ;;
+    kube-apiserver | kubectl | kubelet | kubeadm | kube-controller-manager | kube-scheduler | kube-proxy)
+      build_kube "$1" ;;
     helm) build_helm ;;
+    kind) build_kind ;;
+    coredns) build_coredns ;;
+    containerd) build_containerd ;;
+    runc) build_runc ;;
+    pause) build_pause ;;
+    spark-operator) build_spark_operator ;;
+  esac
+}
+
+# Binaries a tool installs besides the one named after it.
+extra_binaries() {
+  case "$1" in
+    containerd) echo "ctr containerd-shim-runc-v2" ;;
   esac
 }
 
 check_args() { # the smoke test run on a freshly built binary
   case "$1" in
     kubectl) echo "version --client" ;;
-    helm) echo "version" ;;
+    helm | kubeadm | kind | spark-operator) echo "version" ;;
+    coredns) echo "-version" ;;
+    pause) echo "-v" ;;
     *) echo "--version" ;;
   esac
 }
@@ -220,8 +325,9 @@ for arg in "$@"; do
     -h | --help) usage; exit 0 ;;
     -f | --force) force=1 ;;
     -*) usage >&2; die "unknown option: $arg" ;;
+    e2e) tools+=("${E2E_TOOLS[@]}") ;;
     *)
-      [[ " ${ALL_TOOLS[*]} " == *" $arg "* ]] || die "unknown tool '$arg' (known: ${ALL_TOOLS[*]})"
+      [[ " ${KNOWN_TOOLS[*]} " == *" $arg "* ]] || die "unknown tool '$arg' (known: ${KNOWN_TOOLS[*]})"
       tools+=("$arg")
       ;;
   esac
@@ -283,6 +389,7 @@ for t in "${tools[@]}"; do
     die "$t: built, but its smoke test '$t ${check[*]}' failed"
   fi
   echo "$check_out" >>"$log"
+  for extra in $(extra_binaries "$t"); do mv -f "$STAGE/$extra" "$BIN/$extra"; done
   mv -f "$STAGE/$t" "$BIN/$t"
   stamp_value "$t" >"$BIN/.$t.version"
   echo "$t: built $(display_version "$t") in ${took}s"

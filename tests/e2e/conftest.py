@@ -1,29 +1,146 @@
-"""kind end-to-end tier: needs a Docker engine and `kind`; skipped with the reason when not."""
+"""Fixtures of the kind tier: the cluster (hack/e2e-cluster.sh up), the project images
+loaded into it, MinIO and the Spark operator in the cluster, the chart installed, and a
+fresh namespace per test.
+
+Every test module sets `pytestmark = KIND_TIER` (tests/e2e/__init__.py): the xdist
+group "kind" (one worker runs them all, against one cluster) and the marks `e2e` and
+`slow`. The tier fails when the cluster cannot be created,
+with the reason; it skips, saying why, only where no cluster is possible (no Docker engine
+and no root for the private one).
+"""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import contextlib
+import fcntl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.e2e.databases import OPERATOR_NAMESPACE
+from tests.support.kind import (
+    MANIFESTS,
+    MINIO_KEYS,
+    REPO,
+    ClusterUnavailable,
+    KindCluster,
+    script_output,
+)
 
-def docker_problem() -> str | None:
-    if shutil.which("docker") is None:
-        return "no docker CLI"
-    try:
-        result = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"`docker info` failed: {e}"
-    if result.returncode != 0:
-        return f"`docker info` failed (no Docker engine): {result.stderr.strip()[:200]}"
-    if shutil.which("kind") is None:
-        return "`kind` is not installed"
-    return None
+RELEASE = "weaseldb"
+SESSION_LOCK = Path.home() / ".cache/weaseldb/e2e/pytest-session.lock"
 
 
 @pytest.fixture(scope="session")
-def kind_ready() -> None:
-    problem = docker_problem()
-    if problem:
-        pytest.skip(f"kind e2e needs a Docker engine and kind: {problem}")
+def kind_cluster() -> Iterator[KindCluster]:
+    """The kind cluster, up (created on first use, reused afterwards; cold: the tools,
+    images and node are built first, see docs/tools.md), held by this test session alone."""
+    with exclusive_use():
+        try:
+            cluster = KindCluster.up()
+        except ClusterUnavailable as e:
+            pytest.skip(f"no kind cluster possible on this machine: {e}")
+        except RuntimeError as e:
+            pytest.fail(str(e), pytrace=False)
+        yield cluster
+
+
+@contextlib.contextmanager
+def exclusive_use() -> Iterator[None]:
+    """One pytest process at a time uses the cluster (the tier installs the chart and owns
+    NodePorts): a second one fails at once instead of racing the first, whether it is
+    another `make test` or an xdist worker that got part of the "kind" group."""
+    lock_path = SESSION_LOCK
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.fail(
+                f"another pytest process holds the kind cluster ({lock_path}); the kind tier"
+                " must run in one process (xdist group 'kind', --dist loadgroup)",
+                pytrace=False,
+            )
+        yield
+
+
+@pytest.fixture(scope="session")
+def images(kind_cluster: KindCluster) -> dict[str, str]:
+    """WeaselDB (the project Dockerfile), MinIO and the Spark operator, built (cached) and
+    loaded into the node; name -> image reference."""
+    try:
+        return kind_cluster.images("weaseldb", "minio", "spark-operator")
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def minio(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
+    """MinIO in namespace `minio` with the bucket `weaseldb`
+    (tests/e2e/manifests/minio.yaml); the host reads it through NodePort 30900."""
+    kind_cluster.apply(MANIFESTS / "minio.yaml")
+    kind_cluster.rollout("deployment", "minio", "minio")
+    kind_cluster.wait_condition("job", "make-bucket", "minio", "Complete", timeout=180)
+    return kind_cluster
+
+
+@pytest.fixture(scope="session")
+def spark_operator(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
+    """The Spark operator controller (webhook-free) with the CRDs of its pinned version."""
+    crds = Path(script_output("spark-operator-crds").strip())
+    for crd in sorted(crds.glob("*.yaml")):
+        kind_cluster.apply(crd)
+    for crd in sorted(crds.glob("*.yaml")):
+        kind_cluster.kubectl("wait", "--for=condition=Established", "-f", str(crd), "--timeout=60s")
+    kind_cluster.apply(MANIFESTS / "spark-operator.yaml")
+    kind_cluster.rollout("deployment", "spark-operator-controller", "spark-operator")
+    return kind_cluster
+
+
+@pytest.fixture(scope="session")
+def weaseldb_operator(minio: KindCluster) -> Iterator[KindCluster]:
+    """`helm install` of charts/weaseldb (examples/values-dev.yaml: the local image) with
+    the operator reading term claims with MinIO's keys. A release left by an earlier
+    session is uninstalled first, so every session really installs the chart."""
+    cluster = minio
+    if RELEASE in cluster.helm("list", "-n", OPERATOR_NAMESPACE, "-q").split():
+        cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait")
+    cluster.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+            s3_secret(OPERATOR_NAMESPACE),
+        ]
+    )
+    try:
+        cluster.helm(
+            "install", RELEASE, str(REPO / "charts/weaseldb"),
+            "-n", OPERATOR_NAMESPACE,
+            "-f", str(REPO / "examples/values-dev.yaml"),
+            "--set", "operator.storageCredentialsSecret=weaseldb-s3",
+            "--wait", "--timeout", "5m",
+        )  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{cluster.diagnostics(OPERATOR_NAMESPACE)}") from e
+    yield cluster
+
+
+def s3_secret(namespace: str) -> dict[str, object]:
+    """The Secret examples/weaseldb-minio.yaml names, with the in-cluster MinIO's keys."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "weaseldb-s3", "namespace": namespace},
+        "type": "Opaque",
+        "stringData": {"AWS_ACCESS_KEY_ID": MINIO_KEYS[0], "AWS_SECRET_ACCESS_KEY": MINIO_KEYS[1]},
+    }
+
+
+@pytest.fixture
+def namespace(kind_cluster: KindCluster) -> Iterator[str]:
+    """A fresh namespace, deleted (without waiting) after the test."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    kind_cluster.kubectl("create", "namespace", name)
+    yield name
+    kind_cluster.kubectl("delete", "namespace", name, "--wait=false")

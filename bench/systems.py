@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # noqa: E402
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
-from tests.support.waiting import http_ok, wait_for  # noqa: E402
+from tests.support.waiting import http_ok, stop_process, wait_for  # noqa: E402
 from weaseldb import config  # noqa: E402
 from weaseldb.cli import gateway_for_host  # noqa: E402
 
@@ -52,6 +52,7 @@ def load(address: str, workload: str, connections: int, seconds: float, rate: fl
 class Running:
     address: str  # host:port the load goes to
     metrics_url: str = ""  # the persister's metrics, for WeaselDB
+    pid: int = 0  # the `weaseldb up` process, for WeaselDB
 
 
 @contextlib.contextmanager
@@ -72,7 +73,12 @@ def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Run
     workers = ["--workers", str(gateway_for_host(config.build({})).workers)]
     cluster = ProcessSet(url, free_port_block(), run_dir, extra=workers + (extra or [])).start()
     try:
-        yield Running(f"127.0.0.1:{cluster.port}", f"http://127.0.0.1:{cluster.port + 3}/metrics")
+        assert cluster.process is not None
+        yield Running(
+            f"127.0.0.1:{cluster.port}",
+            f"http://127.0.0.1:{cluster.port + 3}/metrics",
+            cluster.process.pid,
+        )
     finally:
         cluster.stop()
         if minio is not None:
@@ -102,8 +108,7 @@ def etcd() -> Iterator[Running]:
         wait_for(lambda: http_ok(f"{client}/health"), 30, "etcd")
         yield Running(f"127.0.0.1:{port}")
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -116,8 +121,7 @@ def noop() -> Iterator[Running]:
         wait_for(lambda: _answers(f"http://127.0.0.1:{port}/noop"), 30, "no-op server")
         yield Running(f"127.0.0.1:{port}")
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_process(server)
 
 
 def _answers(url: str) -> bool:

@@ -80,7 +80,7 @@ RING_RESETS = Counter(
 )
 
 #: How long a first term waits for the sequencer's and resolver's Hello before announcing.
-RING_ASSEMBLY_S = 2.0
+RING_ASSEMBLY_S = 5.0
 #: Frames a gateway worker may have waiting before the persister stops reading the ring.
 WORKER_BACKLOG_BYTES = 64 * 1024 * 1024
 RESET = -1
@@ -330,24 +330,26 @@ class PersisterStage:
 
     async def _wait_for_ring_stages(self) -> None:
         """At the first term, give the sequencer and resolver a moment to say Hello, so a
-        stage that merely started late is not taken for one that restarted. A stage already
-        running (this persister restarted alone) says nothing: its /healthz answering is
-        enough."""
+        stage that merely started late is not taken for one that restarted. A stage that
+        already holds a term (this persister restarted alone) says nothing: its /readyz
+        answering 200 is enough. One still waiting for a term (503) has just started and its
+        Hello is on the way (through the resolver, for the sequencer's): announcing before
+        it arrives would take it for a restart and open a second term at once."""
         deadline = time.monotonic() + RING_ASSEMBLY_S
         while not self._ring_assembled.is_set() and time.monotonic() < deadline:
             missing = {"sequencer", "resolver"} - self._heard
-            if all([await self._is_running(stage) for stage in missing]):
+            if all([await self._holds_a_term(stage) for stage in missing]):
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ring_assembled.wait(), 0.1)
 
-    async def _is_running(self, stage: str) -> bool:
+    async def _holds_a_term(self, stage: str) -> bool:
         # The port it really has (port 0 picks one), once it wrote it.
         written = read_port_file(self._run_dir, stage)
         port = written if written is not None else getattr(self._config.ports, stage)
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.5)
-            writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")
+            writer.write(b"GET /readyz HTTP/1.0\r\n\r\n")
             status = await asyncio.wait_for(reader.readline(), 0.5)
             writer.close()
             return b" 200 " in status

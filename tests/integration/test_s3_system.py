@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.cluster import metric as cluster_metric
 from tests.support.load import Load
 from tests.support.minio import MinioServer
 from tests.support.tcpproxy import DelayProxy
@@ -50,10 +50,7 @@ def all_batches(url: str) -> list[batchfile.Batch]:
 
 
 def metric(port: int, name: str, labels: str = "") -> float:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    pattern = rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+]+)$"
-    found = re.search(pattern, text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
+    return cluster_metric(f"http://127.0.0.1:{port}", name, labels)
 
 
 def s3_set(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +13,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from tests.support.waiting import http_ok, wait_for
 
@@ -149,6 +152,13 @@ class ProcessSet:
         raise LookupError(name)
 
 
+def metric(url: str, name: str, labels: str = "") -> float:
+    """One sample of a Prometheus metric a process serves at `url`/metrics (0 if absent)."""
+    text = httpx.get(f"{url}/metrics").text
+    found = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+]+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -175,12 +185,18 @@ class ServiceSet:
     def config_path(self) -> Path:
         return self.run_dir / "services.toml"
 
-    def start(self, timeout: float = 60) -> ServiceSet:
+    def stage_url(self, stage: str) -> str:
+        return f"http://127.0.0.1:{self.port + _PORT_ORDER.index(stage)}"
+
+    def write_config(self) -> None:
         ports = "\n".join(f"{s} = {self.port + i}" for i, s in enumerate(_PORT_ORDER))
         self.config_path.write_text(
             f'store = "{self.store}"\nrun_dir = "{self.run_dir}"\n{self.settings}\n'
             f"[ports]\n{ports}\n"
         )
+
+    def start(self, timeout: float = 60) -> ServiceSet:
+        self.write_config()
         for stage in self.STAGES:
             self.start_stage(stage)
         self.wait_ready(timeout)

@@ -191,8 +191,11 @@ class PipelineClient:
     def _start_term(self, term: TermStart) -> None:
         self.leadership = Leadership(term.leader_id, term.term, True, "leading")
         # Passing our own copy on keeps the ring order: our next commits follow it, and its
-        # return (TermJoined) tells us what was sent before it is answered or lost.
-        self._forwarded[term.term] = self._next_ticket
+        # return (TermJoined) tells us what was sent before it is answered or lost. A worker
+        # that starts while the term is announced gets it twice (the announcement, then the
+        # answer to its Hello): the first copy's TermJoined comes first and must not take
+        # the commits sent between the two copies for lost, so the first mark stands.
+        self._forwarded.setdefault(term.term, self._next_ticket)
         term.origin = self.worker
         self._enqueue(term)
 

@@ -1,0 +1,54 @@
+"""The gateway worker's ring client: which waiting requests a term change gives up on."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from services.gateway.pipeline import PipelineClient
+from weaseldb.protocol import CommitEntry, TermJoined, TermStart
+from weaseldb.ring import Ring
+from weaseldb.versioncell import VersionCell
+
+TERM = 2**64 - 1
+
+
+def commit(ticket: int) -> CommitEntry:
+    return CommitEntry(
+        origin=0,
+        ticket=ticket,
+        request_id=f"request-{ticket:012d}",
+        preconditions=[],
+        operations=[],
+    )
+
+
+def test_a_term_announced_twice_does_not_give_up_on_commits_sent_between_the_copies(
+    tmp_path: Path,
+) -> None:
+    """A worker that starts while the term is being announced hears it twice. The commit it
+    sends between the two copies is still on its way when the first copy comes back
+    (TermJoined): it must keep waiting for its answer, not be answered commit_unknown."""
+
+    async def scenario() -> tuple[bool, bool]:
+        ring = Ring()
+        try:
+            client = PipelineClient(
+                0,
+                ring.outbox(f"ipc://{tmp_path}/out"),
+                ring.inbox(f"ipc://{tmp_path}/in"),
+                VersionCell(tmp_path / "cell"),
+                timeout_s=60,
+            )
+            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+            between = client.submit(commit(1), client.new_ticket())
+            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))  # the Hello's answer
+            after = client.submit(commit(2), client.new_ticket())
+            client._dispatch(TermJoined(TERM))  # the first copy came back
+            return between.done(), after.done()
+        finally:
+            ring.close()
+
+    between_done, after_done = asyncio.run(scenario())
+    assert not between_done, "a commit sent after the first copy was given up on"
+    assert not after_done

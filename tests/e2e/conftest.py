@@ -60,7 +60,7 @@ def exclusive_use() -> Iterator[None]:
         except BlockingIOError:
             pytest.fail(
                 f"another pytest process holds the kind cluster ({lock_path}); the kind tier"
-                " must run in one process (xdist group 'kind', --dist loadgroup)",
+                " must run in one process (make test gives it one; with xdist: --dist loadgroup)",
                 pytrace=False,
             )
         yield

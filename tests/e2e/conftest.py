@@ -47,6 +47,16 @@ def kind_cluster() -> Iterator[KindCluster]:
         yield cluster
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What each fault cost the clients (tests/e2e/test_faults.py), in every run's log."""
+    from tests.e2e.test_faults import FAULT_COSTS
+
+    if FAULT_COSTS:
+        terminalreporter.write_sep("-", "what each fault cost the clients")
+        for line in FAULT_COSTS:
+            terminalreporter.write_line(line)
+
+
 @contextlib.contextmanager
 def exclusive_use() -> Iterator[None]:
     """One pytest process at a time uses the cluster (the tier installs the chart and owns

@@ -62,12 +62,19 @@ def commits_grow_by(
     )
 
 
+#: One line per fault: what it cost the clients. tests/e2e/conftest.py prints them at the end
+#: of the run, so every `make test` log records them.
+FAULT_COSTS: list[str] = []
+
+
 def report(what: str, workload: Workload, since: float) -> None:
-    print(
+    line = (
         f"{what}: clients could not commit for {workload.longest_silence(since):.1f} s at most;"
         f" errors after the fault {workload.errors_after(since)};"
         f" {workload.count('committed')} commits acknowledged in all"
     )
+    FAULT_COSTS.append(line)
+    print(line)
 
 
 def test_leader_pod_deleted_under_load_fails_over_without_losing_a_commit(

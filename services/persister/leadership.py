@@ -88,11 +88,6 @@ async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Hold
     return Holder(newest, str(orjson.loads(body).get("pod", "")))
 
 
-async def newest_claim_pod(store: BlobStore, config: PersisterConfig) -> str | None:
-    """The pod named by the newest term claim; None when nothing was claimed yet."""
-    return (await newest_claim_holder(store, config)).pod
-
-
 async def claim(
     store: BlobStore,
     *,

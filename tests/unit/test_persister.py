@@ -16,7 +16,6 @@ from services.persister.leadership import (
     OpenedTerm,
     claim,
     newest_claim_holder,
-    newest_claim_pod,
     open_term,
 )
 from services.persister.release import Slot
@@ -345,9 +344,9 @@ def test_size_threshold_and_in_flight_limit_bound_the_batches() -> None:
 def test_newest_claim_names_its_pod() -> None:
     async def scenario() -> tuple[str | None, str | None]:
         store = MemoryStore()
-        before = await newest_claim_pod(store, FAST)
+        before = (await newest_claim_holder(store, FAST)).pod
         await claim(store, leader_id="x", pod_name="db-0", config=FAST)
-        return before, await newest_claim_pod(store, FAST)
+        return before, (await newest_claim_holder(store, FAST)).pod
 
     assert run(scenario()) == (None, "db-0")
 

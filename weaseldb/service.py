@@ -186,12 +186,17 @@ class Stage(Protocol):
         ...
 
 
-def write_port_file(run_dir: str, name: str, port: int) -> None:
-    """`<run_dir>/<name>.port`, replaced whole: other stages read it while we start."""
-    path = Path(run_dir) / f"{name}.port"
+def replace_file(path: Path, data: bytes) -> None:
+    """Write a run-directory file that another process may be reading: to a temporary name
+    first, then renamed over, so a reader sees the old content or the new, never a part."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(str(port))
+    temporary.write_bytes(data)
     temporary.replace(path)
+
+
+def write_port_file(run_dir: str, name: str, port: int) -> None:
+    """`<run_dir>/<name>.port`: other stages read it while we start."""
+    replace_file(Path(run_dir) / f"{name}.port", str(port).encode())
 
 
 def read_port_file(run_dir: str | Path, name: str) -> int | None:

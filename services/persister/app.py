@@ -59,7 +59,7 @@ from weaseldb.protocol import (
     encode_batch,
 )
 from weaseldb.ring import Endpoints, Ring
-from weaseldb.service import Health, HttpServer, read_port_file, stage_app
+from weaseldb.service import Health, HttpServer, read_port_file, replace_file, stage_app
 from weaseldb.types import NotLeader
 from weaseldb.versioncell import VersionCell
 
@@ -251,9 +251,7 @@ class PersisterStage:
     def _write_window(self, term: int, window: requestids.Entries) -> str:
         """The sequencer reads it when the term's announcement reaches it."""
         name = f"idwindow-{term:020d}.bin"
-        temporary = self._run_dir / f".{name}.tmp"
-        temporary.write_bytes(requestids.encode_window(window))
-        temporary.replace(self._run_dir / name)
+        replace_file(self._run_dir / name, requestids.encode_window(window))
         for old in self._run_dir.glob("idwindow-*.bin"):
             if old.name != name:
                 old.unlink(missing_ok=True)

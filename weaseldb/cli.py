@@ -190,6 +190,7 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
         tracing.shutdown()
         if store is not None:
             await store.close()
+        await ring.flush()
         ring.close()
 
 

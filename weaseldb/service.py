@@ -14,10 +14,10 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 import uvicorn
@@ -86,6 +86,41 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     return sock
 
 
+class CorkedTransport:
+    """A connection's transport that sends what one event-loop step wrote as one write.
+    uvicorn writes a response's head and body separately, and on this VM each write, a
+    system call that wakes the client, is one of the largest costs per commit in the
+    gateway's profile. Everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def writelines(self, chunks: Iterable[bytes]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()  # what was written before the close still goes out first
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline per request: a connection must start a
     request, and then deliver all of its headers and body, within `request_timeout_s`, or
@@ -96,7 +131,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, CorkedTransport(transport)))
         self._arm()
 
     def on_message_begin(self) -> None:

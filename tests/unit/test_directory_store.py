@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +62,40 @@ def test_a_directory_made_by_someone_else_is_still_fsynced_once(
     asyncio.run(store.put(layout.retention_key("b"), b"{}"))
     asyncio.run(store.close())
     assert spy.paths.count(root / "retention") == 1 + 2  # once as new, then after each write
+
+
+def _no_temporary_names(*args: object, **kwargs: object) -> tuple[int, str]:
+    raise AssertionError("a named temporary file was made")
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named-temporary"])
+def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
+    tmp_path: Path, spy: FsyncSpy, monkeypatch: pytest.MonkeyPatch, unnamed: bool
+) -> None:
+    """Both ways of writing a batch: from a file with no name (where the file system has
+    O_TMPFILE, as here) and from a named temporary file (elsewhere). Either way the data
+    is fsynced before the link and the directory after it, a second write of the key is
+    refused, and nothing else is left in the directory."""
+    from weaseldb.blobstore import AlreadyExists, directory
+
+    if unnamed:
+        monkeypatch.setattr(tempfile, "mkstemp", _no_temporary_names)
+    else:
+        monkeypatch.setattr(directory, "_link_unnamed", None)
+    store = DirectoryStore(tmp_path / "db")
+    assert store._unnamed_files is unnamed
+    key = layout.batch_key(7)
+    asyncio.run(store.put_if_absent(key, b"first"))
+    spy.paths.clear()
+    with pytest.raises(AlreadyExists):
+        asyncio.run(store.put_if_absent(key, b"second"))
+    assert asyncio.run(store.get(key)) == b"first"
+    asyncio.run(store.put_if_absent(layout.batch_key(8), b"next"))
+    asyncio.run(store.close())
+    batch = store._path(layout.batch_key(8))
+    assert spy.paths[-1] == batch.parent, "the directory is fsynced after the link"
+    assert spy.paths[-2] != batch.parent, "the data is fsynced before it"
+    assert sorted(p.name for p in batch.parent.iterdir()) == [
+        store._path(key).name,
+        batch.name,
+    ]

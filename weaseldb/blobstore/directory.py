@@ -1,8 +1,9 @@
 """Local-directory store: the embedded single-machine default.
 
 Create-only writes have the same meaning as S3's `If-None-Match: *`: the data goes to a
-temporary file that is fsynced, then hard-linked to its final name (the link fails if the
-name exists, so a reader never sees a partial object), then the directory is fsynced.
+file with no name yet (O_TMPFILE; a named temporary file where the file system has no such
+thing) that is fsynced, then hard-linked to its final name (the link fails if the name
+exists, so a reader never sees a partial object), then the directory is fsynced.
 
 A key whose last part is a 20-digit number (batches, terms) is stored as
 ``DDDDDDDDDDDDDD/DDD/DDD``, so no directory holds more than 1,000 entries below the top one
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import ctypes
 import heapq
 import os
 import tempfile
@@ -27,6 +29,28 @@ from weaseldb.blobstore import AlreadyExists, NotFound
 #: A 20-digit name is split into directories of these widths plus the file name.
 _SPLITS = (14, 3)
 T = TypeVar("T")
+
+
+def _unnamed_linker() -> Callable[[int, Path], None] | None:
+    """linkat(2) of an O_TMPFILE file through /proc/self/fd, which needs AT_SYMLINK_FOLLOW:
+    Python's os.link passes no flags. None where libc has no linkat."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        linkat = libc.linkat
+    except (OSError, AttributeError):
+        return None
+    at_fdcwd, at_symlink_follow = -100, 0x400
+
+    def link(fd: int, path: Path) -> None:
+        source = f"/proc/self/fd/{fd}".encode()
+        if linkat(at_fdcwd, source, at_fdcwd, os.fsencode(path), at_symlink_follow) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(path))
+
+    return link
+
+
+_link_unnamed = _unnamed_linker() if hasattr(os, "O_TMPFILE") else None
 
 
 def _is_number(name: str) -> bool:
@@ -46,6 +70,7 @@ class DirectoryStore:
         # Writes block in fsync; give them their own pool so a burst of batches does not
         # queue behind asyncio's small default executor.
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dirstore")
+        self._unnamed_files = self._can_link_unnamed()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -118,6 +143,11 @@ class DirectoryStore:
             os.close(fd)
 
     def _put_if_absent(self, path: Path, data: bytes) -> None:
+        self._make_dirs(path.parent)
+        if self._unnamed_files:
+            fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            self._put_unnamed(fd, path, data)
+            return
         tmp = self._write_temp(path, data)
         try:
             os.link(tmp, path)
@@ -125,6 +155,39 @@ class DirectoryStore:
             raise AlreadyExists(str(path)) from None
         finally:
             os.unlink(tmp)
+        self._fsync_dir(path.parent)
+
+    def _can_link_unnamed(self) -> bool:
+        """Whether this file system and /proc allow O_TMPFILE and linking it in."""
+        if _link_unnamed is None:
+            return False
+        probe = self.root / f".probe-{os.getpid()}"
+        try:
+            fd = os.open(self.root, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            try:
+                _link_unnamed(fd, probe)
+            finally:
+                os.close(fd)
+            probe.unlink()
+        except OSError:
+            return False
+        return True
+
+    def _put_unnamed(self, fd: int, path: Path, data: bytes) -> None:
+        """Written and fsynced with no name, then linked in: no temporary name to create
+        and remove, one directory change fewer to make durable (0.37-0.50 ms a batch here
+        instead of 0.51-0.60, docs/architecture.md "When a batch goes out")."""
+        assert _link_unnamed is not None
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(data)
+                f.flush()
+                os.fsync(fd)
+            _link_unnamed(fd, path)
+        except FileExistsError:
+            raise AlreadyExists(str(path)) from None
+        finally:
+            os.close(fd)
         self._fsync_dir(path.parent)
 
     def _replace(self, path: Path, data: bytes) -> None:

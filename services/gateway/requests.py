@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import binascii
 import json
-import uuid
+import os
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -183,9 +183,33 @@ def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:
     )
 
 
+class _RandomIds:
+    """128-bit random request ids for commits that bring none, cut from a buffer filled by
+    the OS's CSPRNG 256 ids at a time. They must stay unguessable (a status lookup bans the
+    id it asks about, so a predictable id would let anyone void another client's commit),
+    and `uuid.uuid4` made one `getrandom` call per commit, 3 % of a gateway worker's time
+    at 64 connections."""
+
+    IDS_PER_REFILL = 256
+    _buffer = b""
+    _offset = 0
+
+    def next(self) -> str:
+        if self._offset >= len(self._buffer):
+            self._buffer, self._offset = os.urandom(16 * self.IDS_PER_REFILL), 0
+        start = self._offset
+        self._offset += 16
+        return self._buffer[start : start + 16].hex()
+
+
+_random_ids = _RandomIds()
+# A forked child must not hand out the ids left in its parent's buffer.
+os.register_at_fork(after_in_child=lambda: setattr(_random_ids, "_buffer", b""))
+
+
 def _request_id(given: str | None) -> str:
     if given is None:
-        return uuid.uuid4().hex
+        return _random_ids.next()
     if not REQUEST_ID_MIN <= len(given) <= REQUEST_ID_MAX:
         raise BadRequest(
             f"request_id: must be {REQUEST_ID_MIN}..{REQUEST_ID_MAX} characters, got {len(given)}"

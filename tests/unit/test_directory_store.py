@@ -99,3 +99,35 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
         store._path(key).name,
         batch.name,
     ]
+
+
+def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_path: Path) -> None:
+    """Creating an inode is the slowest step of a write here, so the store makes a few
+    unnamed files after each write for the next ones; closing the store closes them."""
+    from weaseldb.blobstore import directory
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def scenario() -> tuple[int, int, int]:
+        store = DirectoryStore(tmp_path / "db")
+        if not store._unnamed_files:
+            pytest.skip("this file system has no O_TMPFILE")
+        before = open_fds()
+        await store.put_if_absent(layout.batch_key(1), b"first")
+        for _ in range(200):  # made in a pool thread
+            if len(store._spare_files) == directory.SPARE_FILES:
+                break
+            await asyncio.sleep(0.01)
+        spares = len(store._spare_files)
+        ready = {os.fstat(fd).st_ino for fd in store._spare_files}
+        await store.put_if_absent(layout.batch_key(2), b"second")
+        used = int(store._path(layout.batch_key(2)).stat().st_ino in ready)
+        await store.close()
+        return spares, used, open_fds() - before
+
+    spares, used, leaked = asyncio.run(scenario())
+    assert spares == directory.SPARE_FILES
+    assert used == 1, "the second write did not take a file made ahead"
+    assert leaked == 0
+    assert asyncio.run(DirectoryStore(tmp_path / "db").get(layout.batch_key(2))) == b"second"

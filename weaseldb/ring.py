@@ -271,8 +271,11 @@ class Outbox:
 
     async def send(self, frame: bytes) -> None:
         message = len(frame).to_bytes(HEADER_BYTES, "big") + frame
-        if self._transport is not None and not self._pending:
-            self._transport.write(message)
+        transport = self._transport
+        # A peer that just died leaves a closed transport until connection_lost runs, and
+        # uvloop refuses writes to it: such a frame waits for the next connection instead.
+        if transport is not None and not self._pending and not transport.is_closing():
+            transport.write(message)
         else:
             self._pending.append(message)
         while self._blocked():
@@ -281,7 +284,10 @@ class Outbox:
 
     def unsent(self) -> int:
         """Frames or bytes not yet handed to the kernel."""
-        buffered = self._transport.get_write_buffer_size() if self._transport else 0
+        transport = self._transport
+        buffered = 0
+        if transport is not None and not transport.is_closing():
+            buffered = transport.get_write_buffer_size()
         return len(self._pending) + buffered
 
     def _blocked(self) -> bool:
@@ -301,8 +307,9 @@ class Outbox:
                 await asyncio.sleep(RECONNECT_S)  # not listening yet, or restarting
                 continue
             transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-            transport.writelines(self._pending)  # in order, before anything sent from now on
-            self._pending.clear()
+            if not transport.is_closing():
+                transport.writelines(self._pending)  # in order, before anything sent later
+                self._pending.clear()
             self._transport = transport
             self._set_buffer_full(False)
             await lost

@@ -5,17 +5,40 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from weaseldb import ring as ring_module
 from weaseldb.ring import Ring
 
 
+@pytest.fixture(autouse=True, params=["uvloop", "asyncio"])
+def event_loop_kind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The services run on uvloop, which refuses what asyncio's own loop lets pass (a write
+    to a closed transport raises): every scenario runs on both."""
+    global _new_loop
+    _new_loop = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
+    yield
+
+
+_new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+
+
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    loop = _new_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 30))
+    finally:
+        loop.run_until_complete(_settle())  # what Ring.close cancelled, let it finish
+        loop.close()
+
+
+async def _settle() -> None:
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 async def take(inbox: ring_module.Inbox, count: int) -> list[bytes]:
@@ -139,3 +162,34 @@ def test_flush_waits_until_frames_for_a_peer_not_yet_listening_have_left(tmp_pat
 def test_an_endpoint_that_is_neither_ipc_nor_tcp_is_refused() -> None:
     with pytest.raises(ValueError, match="ipc://PATH or tcp://HOST:PORT"):
         ring_module.Address.parse("udp://127.0.0.1:9")
+
+
+def test_a_sender_outlives_its_peer_dying_mid_stream_and_reaches_the_next_one(
+    endpoint: str,
+) -> None:
+    """A stage keeps sending while its downstream is SIGKILLed and restarted (the ring's
+    normal single-stage restart): no send may raise, and what is sent once the new peer
+    listens arrives there."""
+
+    async def scenario() -> None:
+        sender, first = Ring(), Ring()
+        outbox = sender.outbox(endpoint)
+        inbox = first.inbox(endpoint)
+        await outbox.send(b"hello")
+        assert await take(inbox, 1) == [b"hello"]
+        first.close()  # the peer's end goes away while we keep sending, no pause
+        for i in range(2000):
+            await outbox.send(b"during-%d" % i)
+            if i % 100 == 0:
+                await asyncio.sleep(0)  # let the loop notice the closed connection
+        second = Ring()
+        fresh = second.inbox(endpoint)
+        await outbox.send(b"after")
+        frames = await take(fresh, 1)
+        while frames[-1] != b"after":
+            frames += await fresh.receive()
+        assert frames[-1] == b"after"
+        sender.close()
+        second.close()
+
+    run(scenario)

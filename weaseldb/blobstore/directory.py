@@ -179,7 +179,7 @@ class DirectoryStore:
             return False
         probe = self.root / f".probe-{os.getpid()}"
         try:
-            fd = os.open(self.root, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            fd = self._open_unnamed()
             try:
                 _link_unnamed(fd, probe)
             finally:
@@ -189,11 +189,15 @@ class DirectoryStore:
             return False
         return True
 
+    def _open_unnamed(self) -> int:
+        """A new file with no name, in the root; it can be linked into any directory below."""
+        return os.open(self.root, os.O_TMPFILE | os.O_WRONLY, 0o644)
+
     def _take_unnamed(self) -> int:
         try:
             return self._spare_files.popleft()
         except IndexError:
-            return os.open(self.root, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            return self._open_unnamed()
 
     def _refill_unnamed(self) -> None:
         """Top the spare unnamed files up to SPARE_FILES in another pool thread (one refill
@@ -208,7 +212,7 @@ class DirectoryStore:
     def _make_spares(self) -> None:
         try:
             while len(self._spare_files) < SPARE_FILES and not self._closed:
-                self._spare_files.append(os.open(self.root, os.O_TMPFILE | os.O_WRONLY, 0o644))
+                self._spare_files.append(self._open_unnamed())
         except OSError as e:  # the next write makes its own file and reports any real error
             log.warning("could not make spare files for batch writes: %s", e)
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -14,30 +14,31 @@ import uvloop
 from weaseldb import ring as ring_module
 from weaseldb.ring import Ring
 
-
-@pytest.fixture(autouse=True, params=["uvloop", "asyncio"])
-def event_loop_kind(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The services run on uvloop, which refuses what asyncio's own loop lets pass (a write
-    to a closed transport raises): every scenario runs on both."""
-    global _new_loop
-    _new_loop = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
-    yield
+Runner = Callable[[Callable[[], Awaitable[None]]], None]
 
 
-_new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+@pytest.fixture(params=["uvloop", "asyncio"])
+def run(request: pytest.FixtureRequest) -> Runner:
+    """Runs a scenario on a new loop of each kind: the services run on uvloop, which
+    refuses what asyncio's own loop lets pass (a write to a closed transport raises)."""
+    new_loop = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
 
+    def run_scenario(scenario: Callable[[], Awaitable[None]]) -> None:
+        loop = new_loop()
+        try:
+            loop.run_until_complete(asyncio.wait_for(scenario(), 30))
+        finally:
+            loop.run_until_complete(_settle())
+            loop.close()
 
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    loop = _new_loop()
-    try:
-        loop.run_until_complete(asyncio.wait_for(scenario(), 30))
-    finally:
-        loop.run_until_complete(_settle())  # what Ring.close cancelled, let it finish
-        loop.close()
+    return run_scenario
 
 
 async def _settle() -> None:
+    """Cancel what is left (a failed scenario leaves its rings open) and let it finish."""
     others = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in others:
+        task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
 
 
@@ -57,7 +58,7 @@ def endpoint(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"tcp://127.0.0.1:{free_port_block()}"
 
 
-def test_frames_of_every_size_arrive_whole_and_in_order(endpoint: str) -> None:
+def test_frames_of_every_size_arrive_whole_and_in_order(endpoint: str, run: Runner) -> None:
     sizes = [0, 1, 3, 4, 5, 300, 65_535, 65_536, 3_000_000, 7]
     sent = [os.urandom(size) for size in sizes] + [b"%d" % i for i in range(5000)]
 
@@ -72,7 +73,9 @@ def test_frames_of_every_size_arrive_whole_and_in_order(endpoint: str) -> None:
     run(scenario)
 
 
-def test_frames_sent_before_the_peer_listens_are_delivered_when_it_does(endpoint: str) -> None:
+def test_frames_sent_before_the_peer_listens_are_delivered_when_it_does(
+    endpoint: str, run: Runner
+) -> None:
     async def scenario() -> None:
         sender, receiver = Ring(), Ring()
         outbox = sender.outbox(endpoint)
@@ -87,7 +90,7 @@ def test_frames_sent_before_the_peer_listens_are_delivered_when_it_does(endpoint
     run(scenario)
 
 
-def test_an_outbox_reconnects_to_a_peer_that_restarted(endpoint: str) -> None:
+def test_an_outbox_reconnects_to_a_peer_that_restarted(endpoint: str, run: Runner) -> None:
     """What a stage restarted alone relies on: its upstream's outbox finds the new inbox."""
 
     async def scenario() -> None:
@@ -109,7 +112,7 @@ def test_an_outbox_reconnects_to_a_peer_that_restarted(endpoint: str) -> None:
 
 
 def test_a_sender_waits_while_the_inbox_is_full_instead_of_queueing_without_bound(
-    endpoint: str, monkeypatch: pytest.MonkeyPatch
+    endpoint: str, monkeypatch: pytest.MonkeyPatch, run: Runner
 ) -> None:
     monkeypatch.setattr(ring_module, "HIGH_WATER_MARK", 50)
     monkeypatch.setattr(ring_module, "WRITE_BUFFER_BYTES", 64 * 1024)
@@ -142,7 +145,9 @@ def test_a_sender_waits_while_the_inbox_is_full_instead_of_queueing_without_boun
     run(scenario)
 
 
-def test_flush_waits_until_frames_for_a_peer_not_yet_listening_have_left(tmp_path: Path) -> None:
+def test_flush_waits_until_frames_for_a_peer_not_yet_listening_have_left(
+    tmp_path: Path, run: Runner
+) -> None:
     endpoint = f"ipc://{tmp_path}/late.sock"
 
     async def scenario() -> None:
@@ -165,7 +170,7 @@ def test_an_endpoint_that_is_neither_ipc_nor_tcp_is_refused() -> None:
 
 
 def test_a_sender_outlives_its_peer_dying_mid_stream_and_reaches_the_next_one(
-    endpoint: str,
+    endpoint: str, run: Runner
 ) -> None:
     """A stage keeps sending while its downstream is SIGKILLed and restarted (the ring's
     normal single-stage restart): no send may raise, and what is sent once the new peer

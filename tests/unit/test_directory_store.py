@@ -131,3 +131,43 @@ def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_pat
     assert used == 1, "the second write did not take a file made ahead"
     assert leaked == 0
     assert asyncio.run(DirectoryStore(tmp_path / "db").get(layout.batch_key(2))) == b"second"
+
+
+def test_spare_files_are_refilled_in_bulk_once_half_are_used(tmp_path: Path) -> None:
+    """A refill is a pool task that wakes a thread: it starts only when REFILL_BELOW spares
+    are left and then makes several, so most writes start none."""
+    from weaseldb.blobstore import directory
+
+    writes = 4 * directory.SPARE_FILES
+
+    async def scenario() -> tuple[list[int], int]:
+        store = DirectoryStore(tmp_path / "db")
+        if not store._unnamed_files:
+            pytest.skip("this file system has no O_TMPFILE")
+        refills, make_spares = [0], store._make_spares
+
+        def counted() -> None:
+            refills[0] += 1
+            make_spares()
+
+        def refill_done() -> None:
+            with store._refilling:  # held while a refill runs
+                pass
+
+        store._make_spares = counted  # type: ignore[method-assign]
+        left = []
+        for number in range(1, writes + 1):
+            await asyncio.to_thread(refill_done)
+            left.append(len(store._spare_files))
+            await store.put_if_absent(layout.batch_key(number), b"x")
+        await store.close()
+        return left, refills[0]
+
+    left, refills = asyncio.run(scenario())
+    full, low = directory.SPARE_FILES, directory.REFILL_BELOW
+    # The first write found none and started a refill; then each write takes one spare
+    # without a refill until it leaves only `low`, and the refill after that fills up again.
+    assert left[0] == 0
+    assert left[1 : 1 + full - low] == list(range(full, low, -1))
+    assert left[1 + full - low] == full
+    assert refills <= writes // 3, f"{refills} refills for {writes} writes"

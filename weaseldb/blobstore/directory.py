@@ -33,6 +33,9 @@ log = logging.getLogger("weaseldb.blobstore")
 
 #: Unnamed files kept ready for the next create-only writes.
 SPARE_FILES = 8
+#: A refill starts once this many are left: a few files per pool task, not one per write
+#: (each task wakes a pool thread and contends for the GIL with the event loop).
+REFILL_BELOW = SPARE_FILES // 2
 #: A 20-digit name is split into directories of these widths plus the file name.
 _SPLITS = (14, 3)
 T = TypeVar("T")
@@ -58,6 +61,14 @@ def _unnamed_linker() -> Callable[[int, Path], None] | None:
 
 
 _link_unnamed = _unnamed_linker() if hasattr(os, "O_TMPFILE") else None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until all of `data` is written (a file object would add an fstat, an
+    isatty ioctl and an lseek per batch)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _is_number(name: str) -> bool:
@@ -201,8 +212,9 @@ class DirectoryStore:
 
     def _refill_unnamed(self) -> None:
         """Top the spare unnamed files up to SPARE_FILES in another pool thread (one refill
-        at a time), once this write is durable so its fsyncs do not carry the new inodes."""
-        if len(self._spare_files) >= SPARE_FILES or not self._refilling.acquire(blocking=False):
+        at a time) once REFILL_BELOW are left, after this write is durable so its fsyncs do
+        not carry the new inodes."""
+        if len(self._spare_files) > REFILL_BELOW or not self._refilling.acquire(blocking=False):
             return
         try:
             self._pool.submit(self._make_spares)
@@ -224,10 +236,8 @@ class DirectoryStore:
         out", has the measurements)."""
         assert _link_unnamed is not None
         try:
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                f.write(data)
-                f.flush()
-                os.fsync(fd)
+            _write_all(fd, data)
+            os.fsync(fd)
             _link_unnamed(fd, path)
         except FileExistsError:
             raise AlreadyExists(str(path)) from None

@@ -33,9 +33,6 @@ log = logging.getLogger("weaseldb.blobstore")
 
 #: Unnamed files kept ready for the next create-only writes.
 SPARE_FILES = 8
-#: A refill starts once this many are left: a few files per pool task, not one per write
-#: (each task wakes a pool thread and contends for the GIL with the event loop).
-REFILL_BELOW = SPARE_FILES // 2
 #: A 20-digit name is split into directories of these widths plus the file name.
 _SPLITS = (14, 3)
 T = TypeVar("T")
@@ -212,9 +209,11 @@ class DirectoryStore:
 
     def _refill_unnamed(self) -> None:
         """Top the spare unnamed files up to SPARE_FILES in another pool thread (one refill
-        at a time) once REFILL_BELOW are left, after this write is durable so its fsyncs do
-        not carry the new inodes."""
-        if len(self._spare_files) > REFILL_BELOW or not self._refilling.acquire(blocking=False):
+        at a time), once this write is durable so its fsyncs do not carry the new inodes.
+        One file per write, not several at once: refilling only once half were used made
+        bursts of inode creation (0.2-0.5 ms each here) that overlapped the next writes, and
+        p99 at one connection went from 2.2-3.4 ms to 3.5-4.8 ms in four A/B rounds."""
+        if len(self._spare_files) >= SPARE_FILES or not self._refilling.acquire(blocking=False):
             return
         try:
             self._pool.submit(self._make_spares)

@@ -149,13 +149,13 @@ class DirectoryStore:
         self._make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_all(fd, data)
+            os.fsync(fd)
         except BaseException:
             os.unlink(tmp)
             raise
+        finally:
+            os.close(fd)
         return tmp
 
     @staticmethod

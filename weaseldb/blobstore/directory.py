@@ -167,8 +167,8 @@ class DirectoryStore:
             os.close(fd)
 
     def _put_if_absent(self, path: Path, data: bytes) -> None:
-        self._make_dirs(path.parent)
         if self._unnamed_files:
+            self._make_dirs(path.parent)  # _write_temp makes them on the other way
             self._put_unnamed(self._take_unnamed(), path, data)
             self._refill_unnamed()
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -65,27 +66,47 @@ class _Operations:
         self.idx: list[int] = []
 
     def add(self, seq: int, batch: batchfile.Batch) -> int:
-        """Append `batch`'s operations; returns how many."""
+        """Append `batch`'s operations, but of each key only its newest point operation in
+        the batch (the fold keeps no older one, and a hot key then brings one row per batch
+        to the fold, not one per update); returns how many operations the batch has."""
         key, end, value, op = self.key.append, self.end.append, self.value.append, self.op.append
         version, idx = self.version.append, self.idx.append
-        count = 0
+        start = row = len(self.key)
+        ranges = 0
+        newest: dict[bytes, int] = {}  # key -> row of its newest point operation
         for tx in batch.transactions:
             for i, operation in enumerate(tx.operations):
                 if isinstance(operation, Write):
                     k, e, v, o = operation.key, None, operation.value, WRITE
+                    newest[k] = row
                 elif isinstance(operation, Delete):
                     k, e, v, o = operation.key, None, None, DELETE
+                    newest[k] = row
                 else:
                     k, e, v, o = operation.begin, operation.end, None, RANGE_DELETE
+                    ranges += 1
                 key(k)
                 end(e)
                 value(v)
                 op(o)
                 version(tx.version)
                 idx(i)
-            count += len(tx.operations)
-        self.seq.extend([seq] * count)
+                row += 1
+        count = row - start
+        if len(newest) < count - ranges:
+            self._drop_older(start, newest)
+        self.seq.extend([seq] * (len(self.key) - start))
         return count
+
+    def _drop_older(self, start: int, newest: dict[bytes, int]) -> None:
+        """Keep, of the rows from `start` on, the range deletes and each key's newest."""
+        kept = [
+            r
+            for r in range(start, len(self.key))
+            if self.op[r] == RANGE_DELETE or newest[self.key[r]] == r
+        ]
+        for column in (self.key, self.end, self.value, self.op, self.version, self.idx):
+            _keep_rows(column, start, kept)
 
     def record_batch(self) -> pa.RecordBatch:
         n = len(self.seq)
@@ -168,3 +189,7 @@ def arrow_record_batches(
     """The `mapInArrow` function: input batches carry a `seq` column."""
     for batch in batches:
         yield from record_batches(store_url, batch.column("seq").to_pylist())
+
+
+def _keep_rows(column: list[Any], start: int, kept: list[int]) -> None:
+    column[start:] = [column[r] for r in kept]

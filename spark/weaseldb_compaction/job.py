@@ -183,13 +183,16 @@ def _write_and_publish(
     location = gc.run_location(target.version, run_id)
     started = gc.RunStarted(run_id, target.version, time.time())
     d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
-    writes, fragments = _fold(d, decoded, previous, target)
+    points, fragments = _points_and_cuts(d, decoded, previous, target)
     files = max(
         1, math.ceil((target.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES)
     )
+    # Every operation is folded in these partitions: at least one per core, even when the
+    # files would come out smaller than the target.
+    partitions = max(files, d.spark.sparkContext.defaultParallelism)
     stats = d.spark.sparkContext.accumulator([], transforms.StatsParam())
-    ordered = transforms.for_parquet(writes, files)
-    rows = transforms.snapshot_rows(ordered, fragments, stats)
+    partitioned = transforms.by_key_range(points, partitions)
+    rows = transforms.snapshot_rows(partitioned, fragments, stats)
     rows.write.mode("errorifexists").parquet(d.place.url(location))
     written = _written_files(d, location, stats.value)
     result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
@@ -210,11 +213,11 @@ def _write_and_publish(
     return Outcome("published", "published", result, target.count, target.operations)
 
 
-def _fold(
+def _points_and_cuts(
     d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
 ) -> tuple[DataFrame, Broadcast[RangeFragments] | None]:
-    """The newest write per key (range deletes not yet applied) and the range-delete
-    fragments to apply while writing."""
+    """Every point operation to fold (the previous snapshot's rows as the oldest writes)
+    and the range-delete fragments to apply while writing."""
     ops = transforms.valid_operations(decoded, target.last_seq, target.void_seqs)
     points = ops.filter(F.col("op") != RANGE_DELETE).select(*transforms.POINT_COLUMNS)
     if previous is not None and previous.files:
@@ -226,7 +229,7 @@ def _fold(
     if cuts:
         d.progress(f"{len(cuts)} range deletes -> {len(fragments)} disjoint fragments")
     shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
-    return transforms.live_writes(transforms.newest_point_operations(points)), shared
+    return points, shared
 
 
 def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:

@@ -1,152 +1,126 @@
 """Executor side of the read: fetch batches with the project's blob client and decode
 them (checksum verified by weaseldb.batchfile) into Arrow record batches.
 
-No Spark here: `transforms.decode_batches` runs `record_batches` inside `mapInArrow`, one
-call per partition of batch ordinals, and the tests call it directly.
+No Spark here: transforms.py runs these inside `mapInArrow`, one call per partition of
+batch ordinals, and the tests call them directly. A run reads the log twice, and keeps
+nothing in Spark's cache between the two (building that cache cost more than the
+second read; docs/architecture.md):
 
-Every output row is either a batch header (`is_header`) or one operation:
-op 0 write(key, value), 1 delete(key), 2 range delete [key, end).
+- `survey`: what the driver needs to plan, and nothing per point operation: one header row
+  per batch, one row per range delete, and a thinned sample of point keys (`SAMPLE`) that
+  sets the key ranges of the fold's partitions;
+- `points`: the point operations of the batches the run folds, of each key only its newest
+  in each batch.
+
+Operation codes: 0 write(key, value), 1 delete(key), 2 range delete [key, end).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from weaseldb import batchfile, layout
 from weaseldb.blobstore import BlobStore, open_store
-from weaseldb.protocol import Delete, Write
+from weaseldb.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.types import NUMBER_TOP
 
 WRITE, DELETE, RANGE_DELETE = 0, 1, 2
+#: Row kinds of the survey.
+HEADER, CUT, SAMPLE = 0, 1, 2
 #: GETs in flight per partition.
 FETCH_PARALLELISM = 16
 #: Batches decoded per Arrow record batch sent back to Spark.
 BATCHES_PER_CHUNK = 64
+#: Sampled point keys a survey partition sends at most (a thinned stride: see _Sampler).
+SAMPLES_PER_PARTITION = 64
 
-SCHEMA = pa.schema(
+SURVEY_SCHEMA = pa.schema(
     [
+        ("kind", pa.int8()),
         ("seq", pa.int64()),
-        ("is_header", pa.bool_()),
         ("term_seq", pa.int64()),
         ("first_version", pa.int64()),
         ("last_version", pa.int64()),
-        ("operations", pa.int64()),
+        ("operations", pa.int64()),  # header: operations; sample: operations it stands for
         ("size", pa.int64()),
-        ("key", pa.binary()),
+        ("key", pa.binary()),  # range delete: begin
         ("end", pa.binary()),
+        ("version", pa.int64()),
+        ("idx", pa.int32()),
+    ]
+)
+SURVEY_DDL = (
+    "kind tinyint, seq long, term_seq long, first_version long, last_version long, "
+    "operations long, size long, key binary, end binary, version long, idx int"
+)
+POINTS_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
         ("value", pa.binary()),
         ("op", pa.int8()),
         ("version", pa.int64()),
         ("idx", pa.int32()),
     ]
 )
-#: The same schema as a Spark DDL string (for mapInArrow).
-SPARK_DDL = (
-    "seq long, is_header boolean, term_seq long, first_version long, last_version long, "
-    "operations long, size long, key binary, end binary, value binary, op tinyint, "
-    "version long, idx int"
-)
+POINTS_DDL = "key binary, value binary, op tinyint, version long, idx int"
 
 
-class _Operations:
-    """Column lists of the operation rows of a chunk of batches (one list per column:
-    far cheaper than building rows)."""
-
-    def __init__(self) -> None:
-        self.seq: list[int] = []
-        self.key: list[bytes] = []
-        self.end: list[bytes | None] = []
-        self.value: list[bytes | None] = []
-        self.op: list[int] = []
-        self.version: list[int] = []
-        self.idx: list[int] = []
-
-    def add(self, seq: int, batch: batchfile.Batch) -> int:
-        """Append `batch`'s operations, but of each key only its newest point operation in
-        the batch (the fold keeps no older one, and a hot key then brings one row per batch
-        to the fold, not one per update); returns how many operations the batch has."""
-        key, end, value, op = self.key.append, self.end.append, self.value.append, self.op.append
-        version, idx = self.version.append, self.idx.append
-        start = row = len(self.key)
-        ranges = 0
-        newest: dict[bytes, int] = {}  # key -> row of its newest point operation
-        for tx in batch.transactions:
-            for i, operation in enumerate(tx.operations):
-                if isinstance(operation, Write):
-                    k, e, v, o = operation.key, None, operation.value, WRITE
-                    newest[k] = row
-                elif isinstance(operation, Delete):
-                    k, e, v, o = operation.key, None, None, DELETE
-                    newest[k] = row
-                else:
-                    k, e, v, o = operation.begin, operation.end, None, RANGE_DELETE
-                    ranges += 1
-                key(k)
-                end(e)
-                value(v)
-                op(o)
-                version(tx.version)
-                idx(i)
-                row += 1
-        count = row - start
-        if len(newest) < count - ranges:
-            self._drop_older(start, newest)
-        self.seq.extend([seq] * (len(self.key) - start))
-        return count
-
-    def _drop_older(self, start: int, newest: dict[bytes, int]) -> None:
-        """Keep, of the rows from `start` on, the range deletes and each key's newest."""
-        kept = [
-            r
-            for r in range(start, len(self.key))
-            if self.op[r] == RANGE_DELETE or newest[self.key[r]] == r
-        ]
-        for column in (self.key, self.end, self.value, self.op, self.version, self.idx):
-            _keep_rows(column, start, kept)
-
-    def record_batch(self) -> pa.RecordBatch:
-        n = len(self.seq)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.seq, pa.int64()),
-                pa.array([False] * n, pa.bool_()),
-                *(pa.nulls(n, pa.int64()) for _ in range(5)),
-                pa.array(self.key, pa.binary()),
-                pa.array(self.end, pa.binary()),
-                pa.array(self.value, pa.binary()),
-                pa.array(self.op, pa.int8()),
-                pa.array(self.version, pa.int64()),
-                pa.array(self.idx, pa.int32()),
-            ],
-            schema=SCHEMA,
-        )
+def survey(store_url: str, seqs: Iterable[int]) -> Iterator[pa.RecordBatch]:
+    """Headers, range deletes and sampled point keys of the batches with these ordinals."""
+    sampler = _Sampler(SAMPLES_PER_PARTITION)
+    for chunk in _decoded(store_url, seqs):
+        rows: list[tuple[Any, ...]] = []
+        for seq, batch, size in chunk:
+            operations = [op for tx in batch.transactions for op in tx.operations]
+            if any(type(op) is RangeDelete for op in operations):
+                rows += _cut_rows(seq, batch)
+            sampler.offer(operations)
+            rows.append((HEADER, seq, batch, len(operations), size))
+        yield _survey_rows(rows)
+    yield _sample_rows(sampler)
 
 
-def _headers(rows: list[tuple[int, batchfile.Batch, int, int]]) -> pa.RecordBatch:
-    """One row per batch: (seq, batch, operations, encoded size)."""
-    n = len(rows)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r[0] for r in rows], pa.int64()),
-            pa.array([True] * n, pa.bool_()),
-            pa.array([NUMBER_TOP - r[1].term for r in rows], pa.int64()),
-            pa.array([r[1].first_version for r in rows], pa.int64()),
-            pa.array([r[1].last_version for r in rows], pa.int64()),
-            pa.array([r[2] for r in rows], pa.int64()),
-            pa.array([r[3] for r in rows], pa.int64()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.int8()),
-            pa.nulls(n, pa.int64()),
-            pa.nulls(n, pa.int32()),
-        ],
-        schema=SCHEMA,
-    )
+def _cut_rows(seq: int, batch: batchfile.Batch) -> list[tuple[Any, ...]]:
+    return [
+        (CUT, seq, op.begin, op.end, tx.version, i)
+        for tx in batch.transactions
+        for i, op in enumerate(tx.operations)
+        if isinstance(op, RangeDelete)
+    ]
+
+
+def points(store_url: str, seqs: Iterable[int], void: frozenset[int]) -> Iterator[pa.RecordBatch]:
+    """Point operations of the batches with these ordinals, void ones left out."""
+    for chunk in _decoded(store_url, (s for s in seqs if s not in void)):
+        columns = _PointColumns()
+        for _, batch, _ in chunk:
+            columns.add(batch)
+        yield columns.record_batch()
+
+
+def _decoded(
+    store_url: str, seqs: Iterable[int]
+) -> Iterator[list[tuple[int, batchfile.Batch, int]]]:
+    """(ordinal, batch, encoded size) in chunks. A checksum mismatch raises CorruptObject:
+    never skipped. One store client and one event loop serve the whole partition."""
+    pending = list(seqs)
+    loop = asyncio.new_event_loop()
+    store = open_store(store_url, pool_size=FETCH_PARALLELISM)
+    try:
+        for start in range(0, len(pending), BATCHES_PER_CHUNK):
+            chunk = pending[start : start + BATCHES_PER_CHUNK]
+            blobs = loop.run_until_complete(_fetch(store, [NUMBER_TOP - s for s in chunk]))
+            yield [
+                (seq, batchfile.decode(blob, key=key), len(blob))
+                for seq, (blob, key) in zip(chunk, blobs, strict=True)
+            ]
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()
 
 
 async def _fetch(store: BlobStore, numbers: list[int]) -> list[tuple[bytes, str]]:
@@ -160,36 +134,130 @@ async def _fetch(store: BlobStore, numbers: list[int]) -> list[tuple[bytes, str]
     return await asyncio.gather(*(get(n) for n in numbers))
 
 
-def record_batches(store_url: str, seqs: Iterable[int]) -> Iterator[pa.RecordBatch]:
-    """Fetch and decode the batches with these ordinals; one header row per batch and one
-    row per operation. A checksum mismatch raises CorruptObject: never skipped. One store
-    client and one event loop serve the whole partition."""
-    pending = list(seqs)
-    loop = asyncio.new_event_loop()
-    store = open_store(store_url, pool_size=FETCH_PARALLELISM)
-    try:
-        for start in range(0, len(pending), BATCHES_PER_CHUNK):
-            chunk = pending[start : start + BATCHES_PER_CHUNK]
-            blobs = loop.run_until_complete(_fetch(store, [NUMBER_TOP - s for s in chunk]))
-            operations = _Operations()
-            headers = []
-            for seq, (blob, key) in zip(chunk, blobs, strict=True):
-                batch = batchfile.decode(blob, key=key)
-                headers.append((seq, batch, operations.add(seq, batch), len(blob)))
-            yield operations.record_batch()
-            yield _headers(headers)
-    finally:
-        loop.run_until_complete(store.close())
-        loop.close()
+class _Sampler:
+    """Every `stride`-th operation's key; when more than `limit` are kept, every other one
+    is dropped and the stride doubles. So the sample stays evenly spread over everything
+    offered and bounded, and each key stands for `stride` operations. (A range delete's
+    begin key counts like a point key: the sample only balances the partitions.)"""
+
+    def __init__(self, limit: int) -> None:
+        if limit % 2:
+            raise ValueError("the sample limit must be even")
+        self.limit = limit
+        self.stride = 1
+        self.keys: list[bytes] = []
+        self._next = 0  # position of the next sample, counted from the current offer
+
+    def offer(self, operations: list[Operation]) -> None:
+        while self._next < len(operations):
+            op = operations[self._next]
+            self.keys.append(op.begin if isinstance(op, RangeDelete) else op.key)
+            if len(self.keys) > self.limit:  # limit + 1 keys, an odd count: the newest stays
+                del self.keys[1::2]
+                self.stride *= 2
+            self._next += self.stride
+        self._next -= len(operations)
 
 
-def arrow_record_batches(
-    store_url: str, batches: Iterable[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """The `mapInArrow` function: input batches carry a `seq` column."""
-    for batch in batches:
-        yield from record_batches(store_url, batch.column("seq").to_pylist())
+def _survey_rows(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    columns: dict[str, list[Any]] = {name: [] for name in SURVEY_SCHEMA.names}
+    for row in rows:
+        values = _header_values(row) if row[0] == HEADER else _cut_values(row)
+        for name, value in zip(SURVEY_SCHEMA.names, values, strict=True):
+            columns[name].append(value)
+    return pa.RecordBatch.from_pydict(columns, schema=SURVEY_SCHEMA)
+
+
+def _header_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    _, seq, batch, count, size = row
+    term_seq = NUMBER_TOP - batch.term
+    return (HEADER, seq, term_seq, batch.first_version, batch.last_version, count, size,
+            None, None, None, None)  # fmt: skip
+
+
+def _cut_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    _, seq, begin, end, version, idx = row
+    return (CUT, seq, None, None, None, None, None, begin, end, version, idx)
+
+
+def _sample_rows(sampler: _Sampler) -> pa.RecordBatch:
+    n = len(sampler.keys)
+    columns: dict[str, Any] = {name: [None] * n for name in SURVEY_SCHEMA.names}
+    columns["kind"] = [SAMPLE] * n
+    columns["operations"] = [sampler.stride] * n
+    columns["key"] = sampler.keys
+    return pa.RecordBatch.from_pydict(columns, schema=SURVEY_SCHEMA)
+
+
+class _PointColumns:
+    """Column lists of point operations (one list per column: far cheaper than rows)."""
+
+    def __init__(self) -> None:
+        self.key: list[bytes] = []
+        self.value: list[bytes | None] = []
+        self.op: list[int] = []
+        self.version: list[int] = []
+        self.idx: list[int] = []
+
+    def add(self, batch: batchfile.Batch) -> None:
+        """Append `batch`'s point operations, but of each key only its newest in the batch
+        (the fold keeps no older one, and a hot key then brings one row per batch, not one
+        per update). Never across batches: a batch's validity is the driver's to decide."""
+        key, value, op = self.key.append, self.value.append, self.op.append
+        version, idx = self.version.append, self.idx.append
+        start = row = len(self.key)
+        newest: dict[bytes, int] = {}  # key -> row of its newest point operation
+        for tx in batch.transactions:
+            for i, operation in enumerate(tx.operations):
+                if isinstance(operation, Write):
+                    key(operation.key)
+                    value(operation.value)
+                    op(WRITE)
+                elif isinstance(operation, Delete):
+                    key(operation.key)
+                    value(None)
+                    op(DELETE)
+                else:
+                    continue
+                version(tx.version)
+                idx(i)
+                newest[self.key[row]] = row
+                row += 1
+        if len(newest) < row - start:
+            kept = [r for r in range(start, row) if newest[self.key[r]] == r]
+            for column in (self.key, self.value, self.op, self.version, self.idx):
+                _keep_rows(column, start, kept)
+
+    def record_batch(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.key, pa.binary()),
+                pa.array(self.value, pa.binary()),
+                pa.array(self.op, pa.int8()),
+                pa.array(self.version, pa.int64()),
+                pa.array(self.idx, pa.int32()),
+            ],
+            schema=POINTS_SCHEMA,
+        )
 
 
 def _keep_rows(column: list[Any], start: int, kept: list[int]) -> None:
     column[start:] = [column[r] for r in kept]
+
+
+#: The `mapInArrow` functions: their input batches carry a `seq` column.
+ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def survey_map(store_url: str) -> ArrowMap:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return survey(store_url, (s for b in batches for s in b.column("seq").to_pylist()))
+
+    return run
+
+
+def points_map(store_url: str, void: frozenset[int]) -> ArrowMap:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return points(store_url, (s for b in batches for s in b.column("seq").to_pylist()), void)
+
+    return run

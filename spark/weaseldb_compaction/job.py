@@ -4,10 +4,12 @@ garbage collection as a separate step (weaseldb.gc).
 1. The previous snapshot's manifest (or the log-start marker) seeds the validity walk;
    one paged LIST finds the batches after it, and the gapless run of them is what is
    durable (the watermark is where it ends).
-2. Executors fetch and decode those batches in parallel (transforms.decode_batches); the
-   driver collects one header per batch, applies the shared validity rule
-   (plan.choose_target) and picks the target batch and version.
-3. The fold (transforms), written as zstd Parquet under a directory of its own,
+2. Survey: executors fetch and decode those batches in parallel (fetch.survey); the driver
+   collects one header per batch, the range deletes and a sample of keys, applies the
+   shared validity rule (plan.choose_target), picks the target batch and version, and
+   cuts the key space into ranges of about equal weight (plan.partition_bounds).
+3. The fold (transforms): executors read the batches again, their point operations only
+   (fetch.points); one shuffle by key range; zstd Parquet under a directory of its own,
    `snapshots/{version:020d}/{run}/`, after a start record that tells GC the run is live.
 4. Publish: the manifest, created with If-None-Match: *. Losing that race to another run
    at the same version removes this run's files and ends cleanly; a run killed before it
@@ -17,7 +19,9 @@ garbage collection as a separate step (weaseldb.gc).
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
+import itertools
 import math
 import threading
 import time
@@ -27,17 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
-from pyspark import Broadcast, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from weaseldb import gc, history, logstart, manifest
 from weaseldb.blobstore import AlreadyExists, BlobStore, list_all, open_store
 from weaseldb.fold import RangeFragments
 from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.validity import Seed
-from weaseldb_compaction import plan, transforms
-from weaseldb_compaction.fetch import RANGE_DELETE
+from weaseldb_compaction import fetch, plan, transforms
 from weaseldb_compaction.session import ParquetPlace, configure_job, parquet_place, use_store
 
 T = TypeVar("T")
@@ -140,29 +141,53 @@ def _compact(d: _Driver) -> Outcome:
 def _fold_and_publish(
     d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[int]
 ) -> Outcome:
-    parallelism = d.spark.sparkContext.defaultParallelism
-    partitions = min(len(numbers), max(2 * parallelism, math.ceil(len(numbers) / BATCHES_PER_TASK)))
-    ordinals = transforms.batch_ordinals(
-        d.spark, plan.seq_of(numbers[0]), plan.seq_of(numbers[-1]), partitions
+    first, last = plan.seq_of(numbers[0]), plan.seq_of(numbers[-1])
+    survey = _Survey(transforms.survey(_ordinals(d, first, last), d.options.store_url).collect())
+    headers = sorted(survey.headers, key=lambda h: -h.number)
+    target = plan.choose_target(headers, seed, upto_batch=d.options.upto_batch)
+    read_bytes = sum(h.size for h in headers)
+    d.progress(f"read {len(headers)} batches ({read_bytes / 1e6:.1f} MB)")
+    if target is None or (previous is not None and target.version <= previous.version):
+        version = previous.version if previous else 0
+        return Outcome("up_to_date", f"no new versions after {version}", None, len(headers))
+    d.progress(
+        f"folding {target.operations} operations of {target.count - len(target.void_seqs)} "
+        f"valid batches ({len(target.void_seqs)} void) up to version {target.version}"
     )
-    decoded = transforms.decode_batches(ordinals, d.options.store_url)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        headers = [_header(row) for row in transforms.headers(decoded).collect()]
-        headers.sort(key=lambda h: -h.number)
-        target = plan.choose_target(headers, seed, upto_batch=d.options.upto_batch)
-        read_bytes = sum(h.size for h in headers)
-        d.progress(f"read {len(headers)} batches ({read_bytes / 1e6:.1f} MB)")
-        if target is None or (previous is not None and target.version <= previous.version):
-            version = previous.version if previous else 0
-            return Outcome("up_to_date", f"no new versions after {version}", None, len(headers))
-        d.progress(
-            f"folding {target.operations} operations of {target.count - len(target.void_seqs)} "
-            f"valid batches ({len(target.void_seqs)} void) up to version {target.version}"
+    points = transforms.point_operations(
+        _ordinals(d, first, target.last_seq), d.options.store_url, target.void_seqs
+    )
+    return _write_and_publish(d, points, survey, previous, target)
+
+
+def _ordinals(d: _Driver, first: int, last: int) -> DataFrame:
+    count = last - first + 1
+    parallelism = d.spark.sparkContext.defaultParallelism
+    tasks = min(count, max(2 * parallelism, math.ceil(count / BATCHES_PER_TASK)))
+    return transforms.batch_ordinals(d.spark, first, last, tasks)
+
+
+class _Survey:
+    """The collected survey (fetch.survey): headers, range deletes, sampled point keys."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.headers: list[plan.Header] = []
+        self.cuts: list[tuple[int, bytes, bytes, int, int]] = []  # seq, begin, end, stamp
+        self.samples: list[tuple[bytes, int]] = []  # key, operations it stands for
+        for row in rows:
+            if row.kind == fetch.HEADER:
+                self.headers.append(_header(row))
+            elif row.kind == fetch.CUT:
+                self.cuts.append((row.seq, bytes(row.key), bytes(row.end), row.version, row.idx))
+            else:
+                self.samples.append((bytes(row.key), row.operations))
+
+    def fragments(self, target: plan.Target) -> RangeFragments:
+        """The range deletes of the batches `target` folds, as disjoint fragments."""
+        void = set(target.void_seqs)
+        return transforms.fragments_from(
+            [c[1:] for c in self.cuts if c[0] <= target.last_seq and c[0] not in void]
         )
-        return _write_and_publish(d, decoded, previous, target)
-    finally:
-        decoded.unpersist()
 
 
 def _header(row: Any) -> plan.Header:
@@ -177,22 +202,32 @@ def _header(row: Any) -> plan.Header:
 
 
 def _write_and_publish(
-    d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
+    d: _Driver, points: DataFrame, survey: _Survey, previous: Manifest | None, target: plan.Target
 ) -> Outcome:
     run_id = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
     location = gc.run_location(target.version, run_id)
     started = gc.RunStarted(run_id, target.version, time.time())
     d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
-    points, fragments = _points_and_cuts(d, decoded, previous, target)
+    samples = list(survey.samples)
+    if previous is not None and previous.files:
+        urls = [d.place.url(f.path) for f in previous.files]
+        old = d.spark.read.schema(SNAPSHOT_SCHEMA).parquet(*urls)
+        points = points.unionByName(transforms.snapshot_as_writes(old))
+        samples += [(base64.b64decode(f.min_key), f.rows) for f in previous.files]
+    fragments = survey.fragments(target)
+    if len(fragments):
+        d.progress(f"{len(fragments)} disjoint range-delete fragments")
+    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
     files = max(
         1, math.ceil((target.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES)
     )
     # Every operation is folded in these partitions: at least one per core, even when the
     # files would come out smaller than the target.
     partitions = max(files, d.spark.sparkContext.defaultParallelism)
+    bounds = plan.partition_bounds(samples, partitions)
     stats = d.spark.sparkContext.accumulator([], transforms.StatsParam())
-    partitioned = transforms.by_key_range(points, partitions)
-    rows = transforms.snapshot_rows(partitioned, fragments, stats)
+    partitioned = transforms.by_key_range(points, bounds, partitions)
+    rows = transforms.snapshot_rows(partitioned, shared, stats)
     rows.write.mode("errorifexists").parquet(d.place.url(location))
     written = _written_files(d, location, stats.value)
     result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
@@ -211,25 +246,6 @@ def _write_and_publish(
         )
     d.sync(d.store.delete(gc.run_started_key(target.version, run_id)))
     return Outcome("published", "published", result, target.count, target.operations)
-
-
-def _points_and_cuts(
-    d: _Driver, decoded: DataFrame, previous: Manifest | None, target: plan.Target
-) -> tuple[DataFrame, Broadcast[RangeFragments] | None]:
-    """Every point operation to fold (the previous snapshot's rows as the oldest writes)
-    and the range-delete fragments to apply while writing."""
-    ops = transforms.valid_operations(decoded, target.last_seq, target.void_seqs)
-    points = ops.filter(F.col("op") != RANGE_DELETE).select(*transforms.POINT_COLUMNS)
-    if previous is not None and previous.files:
-        urls = [d.place.url(f.path) for f in previous.files]
-        old = d.spark.read.schema(SNAPSHOT_SCHEMA).parquet(*urls)
-        points = points.unionByName(transforms.snapshot_as_writes(old))
-    cuts = [(r.begin, r.end, r.version, r.idx) for r in transforms.range_cuts(ops).collect()]
-    fragments = transforms.fragments_from(cuts)
-    if cuts:
-        d.progress(f"{len(cuts)} range deletes -> {len(fragments)} disjoint fragments")
-    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
-    return points, shared
 
 
 def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:
@@ -252,6 +268,10 @@ def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> li
         )
     if sum(f.rows for f in files) != sum(s[1] for s in stats):
         raise CompactionError(f"{location}: files and row statistics disagree")
+    ranges = [(first, last) for _, _, first, last in sorted(stats)]
+    if any(before[1] >= after[0] for before, after in itertools.pairwise(ranges)):
+        # Readers rely on it (file i holds keys below file i+1's): never publish otherwise.
+        raise CompactionError(f"{location}: the files' key ranges overlap or are out of order")
     return files
 
 

@@ -12,6 +12,7 @@ Spark a batch is its ordinal `seq = NUMBER_TOP - number` (0 for the first batch 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weaseldb.types import NUMBER_TOP
@@ -74,3 +75,21 @@ def choose_target(
         operations=sum(h.operations for h, ok in upto if ok),
         size=sum(h.size for h, ok in upto if ok),
     )
+
+
+def partition_bounds(samples: Iterable[tuple[bytes, int]], partitions: int) -> list[bytes]:
+    """Keys that cut the sampled keys, each weighted by the operations it stands for, into
+    up to `partitions` ranges of about equal weight: partition i holds the keys k with
+    bounds[i-1] <= k < bounds[i]. Increasing; fewer when the sample has few distinct keys."""
+    ordered = sorted(samples)
+    total = sum(weight for _, weight in ordered)
+    bounds: list[bytes] = []
+    seen = 0
+    for key, weight in ordered:
+        seen += weight
+        # Cut before this key once the middle of its weight passes the next share.
+        cut_due = (2 * seen - weight) * partitions >= 2 * (len(bounds) + 1) * total
+        above = key > (bounds[-1] if bounds else ordered[0][0])  # no empty range
+        if cut_due and len(bounds) < partitions - 1 and above:
+            bounds.append(key)
+    return bounds

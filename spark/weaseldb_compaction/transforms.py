@@ -12,7 +12,7 @@ by key (one shuffle) and each partition is sorted by (key, stamp descending) in 
 worker (newest.py); the first row of each key wins. An aggregate (`max_by` of a struct that
 holds the value) cannot use Spark's hash aggregation (its buffer has binary fields), so it
 sorted every operation before and after its shuffle, then shuffled and sorted the survivors
-again for the files: 10M operations took 88 s that way and 53 s this way (docs/architecture.md).
+again for the files (docs/architecture.md, "Why the log is read twice and sorted in Arrow").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Accumulator, AccumulatorParam, Broadcast, TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from weaseldb.fold import SNAPSHOT_INDEX, RangeCut, RangeFragments
@@ -30,7 +30,6 @@ from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
 
 SNAPSHOT_COLUMNS = ["key", "value", "version"]
-POINT_COLUMNS = ["key", "value", "op", "version", "idx"]
 
 
 def batch_ordinals(spark: SparkSession, first: int, last: int, partitions: int) -> DataFrame:
@@ -39,27 +38,15 @@ def batch_ordinals(spark: SparkSession, first: int, last: int, partitions: int) 
     return spark.range(first, last + 1, 1, max(1, partitions)).withColumnRenamed("id", "seq")
 
 
-def decode_batches(ordinals: DataFrame, store_url: str) -> DataFrame:
-    """Executors fetch and decode their batches with the blob client (fetch.py)."""
-
-    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return fetch.arrow_record_batches(store_url, batches)
-
-    return ordinals.mapInArrow(decode, fetch.SPARK_DDL)
+def survey(ordinals: DataFrame, store_url: str) -> DataFrame:
+    """Executors fetch and decode their batches with the blob client (fetch.survey): a
+    header per batch, the range deletes and sampled point keys; small enough to collect."""
+    return ordinals.mapInArrow(fetch.survey_map(store_url), fetch.SURVEY_DDL)
 
 
-def headers(decoded: DataFrame) -> DataFrame:
-    return decoded.filter(F.col("is_header")).select(
-        "seq", "term_seq", "first_version", "last_version", "operations", "size"
-    )
-
-
-def valid_operations(decoded: DataFrame, last_seq: int, void_seqs: list[int]) -> DataFrame:
-    """Operations of the valid batches up to and including `last_seq`."""
-    ops = decoded.filter(~F.col("is_header") & (F.col("seq") <= last_seq))
-    if void_seqs:
-        ops = ops.filter(~F.col("seq").isin(void_seqs))
-    return ops
+def point_operations(ordinals: DataFrame, store_url: str, void_seqs: list[int]) -> DataFrame:
+    """The point operations of these batches, void ones left out (fetch.points)."""
+    return ordinals.mapInArrow(fetch.points_map(store_url, frozenset(void_seqs)), fetch.POINTS_DDL)
 
 
 def snapshot_as_writes(snapshot: DataFrame) -> DataFrame:
@@ -73,20 +60,28 @@ def snapshot_as_writes(snapshot: DataFrame) -> DataFrame:
     )
 
 
-def range_cuts(operations: DataFrame) -> DataFrame:
-    return operations.filter(F.col("op") == fetch.RANGE_DELETE).select(
-        F.col("key").alias("begin"), "end", "version", "idx"
-    )
-
-
 def fragments_from(rows: list[tuple[bytes, bytes, int, int]]) -> RangeFragments:
     return RangeFragments(RangeCut(bytes(b), bytes(e), (v, i)) for b, e, v, i in rows)
 
 
-def by_key_range(points: DataFrame, partitions: int) -> DataFrame:
-    """Range-partitioned by key into `partitions`: one Parquet file each, partition i holding
-    keys below partition i+1's. One shuffle of every point operation, no sort in Spark."""
-    return points.repartitionByRange(max(1, partitions), "key")
+def by_key_range(points: DataFrame, bounds: list[bytes], partitions: int) -> DataFrame:
+    """`partitions` partitions, partition i holding the keys k with bounds[i-1] <= k <
+    bounds[i] (plan.partition_bounds): one Parquet file each, in key order. One shuffle of
+    every point operation and no sort in Spark; the bounds come from the survey's sample,
+    so Spark does not read the operations once more to sample them (repartitionByRange)."""
+    part = _partition_of_key(bounds, 0, len(bounds))
+    return points.withColumn("part", part.cast("int")).repartitionById(max(1, partitions), "part")
+
+
+def _partition_of_key(bounds: list[bytes], low: int, high: int) -> Column:
+    """Which of partitions low..high holds the key, given the bounds between them: a binary
+    search written as nested conditions, so a row costs log2(partitions) comparisons."""
+    if low == high:
+        return F.lit(low)
+    middle = (low + high) // 2
+    return F.when(
+        F.col("key") < F.lit(bounds[middle]), _partition_of_key(bounds, low, middle)
+    ).otherwise(_partition_of_key(bounds, middle + 1, high))
 
 
 #: Per written partition: (partition id, rows, first key, last key).

@@ -1,19 +1,25 @@
-"""The fold's two Arrow steps without Spark: the newest point operation per key of a
-partition (newest.py), and the fetch keeping only a batch's newest per key (fetch.py)."""
+"""The compaction's steps that need no Spark: the newest point operation per key of a
+partition (newest.py), the two reads of the log (fetch.py: the survey with its sample, the
+points with only a batch's newest per key) and the partition bounds (plan.py)."""
 
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from weaseldb import batchfile, layout
 from weaseldb.batchfile import Batch, Transaction
+from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.types import NUMBER_TOP
 from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
+from weaseldb_compaction.plan import partition_bounds
 
 # Keys that share long prefixes, differ only by trailing zero bytes, or are empty: what a
 # fixed-width or prefix comparison would get wrong.
@@ -50,34 +56,75 @@ def test_newest_per_key_of_nothing_is_nothing() -> None:
     assert newest_per_key(empty).num_rows == 0
 
 
-def test_the_fetch_keeps_one_row_per_key_and_every_range_delete_of_a_batch() -> None:
+def test_the_fetch_keeps_one_row_per_key_of_a_batch_and_the_survey_every_range_delete() -> None:
     hot: list[Operation] = [Write(b"hot", b"%d" % i) for i in range(50)]
     transactions = [
         Transaction(1, "a", 0, [*hot[:25], RangeDelete(b"a", b"z"), Delete(b"cold")]),
         Transaction(2, "b", 0, [*hot[25:], Write(b"cold", b"again"), RangeDelete(b"h", b"i")]),
     ]
-    batch = Batch(1, NUMBER_TOP - 5, NUMBER_TOP, "x", 1, 2, 0, transactions=transactions)
-    operations = fetch._Operations()
+    url = write_batches([(5, transactions)])
 
-    assert operations.add(5, batch) == 54  # the header counts every operation
-    rows = operations.record_batch().to_pylist()
-    by_key = {(r["key"], r["op"]): (r["version"], r["idx"], r["value"], r["end"]) for r in rows}
-    assert by_key == {
-        (b"hot", fetch.WRITE): (2, 24, b"49", None),
-        (b"cold", fetch.WRITE): (2, 25, b"again", None),
-        (b"a", fetch.RANGE_DELETE): (1, 25, None, b"z"),
-        (b"h", fetch.RANGE_DELETE): (2, 26, None, b"i"),
+    points = pa.Table.from_batches(list(fetch.points(url, [5], frozenset()))).to_pylist()
+    assert {(r["key"], r["op"]): (r["version"], r["idx"], r["value"]) for r in points} == {
+        (b"hot", fetch.WRITE): (2, 24, b"49"),
+        (b"cold", fetch.WRITE): (2, 25, b"again"),
     }
-    assert {r["seq"] for r in rows} == {5}
+    surveyed = pa.Table.from_batches(list(fetch.survey(url, [5]))).to_pylist()
+    header = [r for r in surveyed if r["kind"] == fetch.HEADER]
+    assert [(h["seq"], h["operations"]) for h in header] == [(5, 54)]  # every operation
+    cuts = [
+        (r["key"], r["end"], r["version"], r["idx"]) for r in surveyed if r["kind"] == fetch.CUT
+    ]
+    assert cuts == [(b"a", b"z", 1, 25), (b"h", b"i", 2, 26)]
 
 
-def test_the_fetch_keeps_batches_apart() -> None:
+def test_the_fetch_keeps_batches_apart_and_leaves_void_ones_out() -> None:
     """A key's newest in one batch never hides its operation in another batch: the other
-    batch may turn out void (validity is decided after the fetch)."""
-    operations = fetch._Operations()
-    for number, version in ((7, 1), (6, 2)):
-        tx = Transaction(version, "r", 0, [Write(b"k", b"old"), Write(b"k", b"v%d" % version)])
-        operations.add(number, Batch(1, NUMBER_TOP - number, NUMBER_TOP, "x", version, version,
-                                     0, transactions=[tx]))  # fmt: skip
-    rows = operations.record_batch().to_pylist()
-    assert [(r["seq"], r["value"]) for r in rows] == [(7, b"v1"), (6, b"v2")]
+    batch may turn out void (validity is decided after the survey)."""
+    url = write_batches(
+        [
+            (seq, [Transaction(seq, "r", 0, [Write(b"k", b"old"), Write(b"k", b"v%d" % seq)])])
+            for seq in (1, 2, 3)
+        ]
+    )
+    points = pa.Table.from_batches(list(fetch.points(url, [1, 2, 3], frozenset({2}))))
+    assert [(r["version"], r["value"]) for r in points.to_pylist()] == [(1, b"v1"), (3, b"v3")]
+
+
+@given(st.lists(st.integers(1, 300), max_size=40))
+def test_the_sample_is_bounded_evenly_spread_and_weighs_what_was_offered(sizes: list[int]) -> None:
+    sampler = fetch._Sampler(8)
+    offered: list[bytes] = []
+    for size in sizes:
+        keys = [b"%08d" % (len(offered) + i) for i in range(size)]
+        sampler.offer([Write(k, b"") for k in keys])
+        offered += keys
+    assert len(sampler.keys) <= 8
+    assert sampler.keys == offered[:: sampler.stride]  # every stride-th, from the first
+    assert (
+        len(sampler.keys) * sampler.stride
+        >= len(offered)
+        > (len(sampler.keys) - 1) * sampler.stride
+    )
+
+
+def test_partition_bounds_cut_the_weight_into_even_ranges() -> None:
+    assert partition_bounds([(bytes([i]), 1) for i in range(100)], 4) == [b"\x19", b"2", b"K"]
+    # A snapshot file's first key standing for its 75 rows weighs as much as 75 samples.
+    assert partition_bounds([(b"a", 25), (b"m", 75)], 2) == [b"m"]
+    assert partition_bounds([(b"same", 1)] * 10, 4) == []  # no empty ranges
+    assert partition_bounds([], 3) == []
+
+
+def write_batches(batches: list[tuple[int, list[Transaction]]]) -> str:
+    """A directory store holding these batches at these ordinals; its URL."""
+    root = Path(tempfile.mkdtemp(prefix="newest-"))
+    store = DirectoryStore(root)
+    for seq, transactions in batches:
+        version = transactions[-1].version
+        batch = Batch(1, NUMBER_TOP - seq, NUMBER_TOP, "x", transactions[0].version, version, 0,
+                      transactions=transactions)  # fmt: skip
+        path = store._path(layout.batch_key(batch.batch))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(batchfile.encode(batch))
+    return f"dir:{root}"

@@ -130,7 +130,9 @@ def test_fetch_verifies_checksums() -> None:
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptObject, match="checksum"):
-        list(fetch.record_batches(url, [0]))
+        list(fetch.survey(url, [0]))
+    with pytest.raises(CorruptObject, match="checksum"):
+        list(fetch.points(url, [0], frozenset()))
     assert batchfile.MAGIC  # the same decoder the services use
 
 

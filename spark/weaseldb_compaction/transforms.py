@@ -29,8 +29,6 @@ from weaseldb.fold import SNAPSHOT_INDEX, RangeCut, RangeFragments
 from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
 
-SNAPSHOT_COLUMNS = ["key", "value", "version"]
-
 
 def batch_ordinals(spark: SparkSession, first: int, last: int, partitions: int) -> DataFrame:
     """One row per batch to read (ordinals first..last: the run is gapless), in

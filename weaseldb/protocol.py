@@ -123,7 +123,20 @@ class Shutdown(msgspec.Struct, tag="q", array_like=True):
     """Drain and stop: each stage forwards it after everything before it."""
 
 
-RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown | Hello
+class Interest(msgspec.Struct, tag="i", array_like=True):
+    """Gateway worker -> resolver and persister: which change streams this worker has
+    subscribers for. Events go only to workers that want them, so a commit wakes no worker
+    but its own. Each kind is 0 (not wanted) or the worker's sync number for it: the
+    publisher answers a new number with an empty events message carrying it back (`sync`)
+    and the version just before everything it will send next, so the worker knows exactly
+    where its live stream starts."""
+
+    worker: int
+    durable: int = 0  # DurableEvents from the persister
+    accepted: int = 0  # AcceptedEvents from the resolver
+
+
+RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown | Hello | Interest
 
 
 class CommitReply(msgspec.Struct, tag="C", array_like=True):
@@ -160,23 +173,27 @@ class EventTransaction(msgspec.Struct, array_like=True, frozen=True):
 
 
 class DurableEvents(msgspec.Struct, tag="D", array_like=True):
-    """Persister -> every gateway worker, once per release round: the transactions just
-    made durable, in version order. `prev_version` is the version of the transaction
-    released just before the first one (so the stream carries it without a lookup)."""
+    """Persister -> every gateway worker with durable subscribers (`Interest`), once per
+    release round: the transactions just made durable, in version order. `prev_version`
+    is the version of the transaction released just before the first one (so the stream
+    carries it without a lookup)."""
 
     prev_version: int
     transactions: list[EventTransaction]
+    sync: int = 0  # the Interest number this message answers (0: a regular round)
 
 
 class AcceptedEvents(msgspec.Struct, tag="A", array_like=True):
-    """Resolver -> every gateway worker, once per ring batch: the transactions the resolver
-    accepted (not durable yet). `resolved_through` is the newest version resolved so far,
-    accepted or not, so the gateway knows how far the accepted stream is complete."""
+    """Resolver -> every gateway worker with `durable=false` subscribers (`Interest`), once
+    per ring batch: the transactions the resolver accepted (not durable yet).
+    `resolved_through` is the newest version resolved so far, accepted or not, so the
+    gateway knows how far the accepted stream is complete."""
 
     term: int
     prev_version: int
     resolved_through: int
     transactions: list[EventTransaction]
+    sync: int = 0  # the Interest number this message answers (0: a regular round)
 
 
 class Progress(msgspec.Struct, tag="P", array_like=True):
@@ -219,8 +236,13 @@ _ring_decoder = msgspec.msgpack.Decoder(list[RingEntry])
 _reply_decoder = msgspec.msgpack.Decoder(list[GatewayMessage])
 
 
-def encode_batch(entries: Sequence[RingEntry] | Sequence[GatewayMessage]) -> bytes:
+def encode_batch(entries: Sequence[RingEntry | GatewayMessage | msgspec.Raw]) -> bytes:
     return _ring_encoder.encode(entries)
+
+
+def encode_shared(message: GatewayMessage) -> msgspec.Raw:
+    """One message encoded once, to be placed in the batches of several receivers."""
+    return msgspec.Raw(_ring_encoder.encode(message))
 
 
 def decode_batch(frame: bytes) -> list[RingEntry]:

@@ -21,6 +21,7 @@ from weaseldb.protocol import (
     AcceptedEvents,
     CommitReply,
     Hello,
+    Interest,
     LeaderLost,
     Progress,
     RingEntry,
@@ -135,6 +136,10 @@ class PipelineClient:
                     future.set_exception(
                         PipelineUnavailable("the pipeline did not answer in time", unknown=True)
                     )
+
+    def declare_interest(self, durable: int, accepted: int) -> None:
+        """Which change streams this worker wants (sync numbers, 0: none); see `Interest`."""
+        self._enqueue(Interest(self.worker, durable, accepted))
 
     def _enqueue(self, entry: RingEntry) -> None:
         self._queue.append(entry)

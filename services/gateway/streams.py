@@ -45,6 +45,8 @@ EVENTS = Counter("weaseldb_gateway_subscriber_events_total", "Change-stream roun
 SUBSCRIBE_PATH = "/v1/subscribe"
 #: How long a durable=false subscriber waits for accepted history to become durable.
 ACCEPTED_CATCH_UP_S = 30.0
+#: How long a new subscriber waits for its feed's first answer (one trip around the ring).
+FEED_SYNC_S = 10.0
 
 
 class ChangeStreams:
@@ -56,6 +58,7 @@ class ChangeStreams:
         self._store = store
         self._snapshots = snapshots
         self.hub = Hub(config.gateway.subscriber_buffer_bytes)
+        self._declared = (0, 0)  # the feeds this worker last told the pipeline it wants
 
     # Ring input
 
@@ -76,6 +79,15 @@ class ChangeStreams:
         if dropped:
             DROPPED.inc(dropped)
             hub.dropped = 0
+        self._declare()
+
+    def _declare(self) -> None:
+        """Tell the pipeline when the feeds this worker wants change (subscribers came to a
+        kind that had none, or the last one left)."""
+        wanted = self.hub.wanted()
+        if wanted != self._declared:
+            self._declared = wanted
+            self._client.declare_interest(*wanted)
 
     def close_all(self) -> None:
         self.hub.close_all()
@@ -89,12 +101,14 @@ class ChangeStreams:
             await send_error(send, e)
             return
         sub = self.hub.register(durable)
+        self._declare()
         label = "true" if durable else "false"
         SUBSCRIBERS.labels(label).inc()
         try:
             await self._stream(sub, after, scope, receive, send)
         finally:
             self.hub.unregister(sub)
+            self._declare()
             SUBSCRIBERS.labels(label).dec()
 
     @staticmethod
@@ -122,10 +136,10 @@ class ChangeStreams:
     async def _stream(
         self, sub: Subscriber, after: int | None, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        target = self.hub.seen(sub.durable)  # history must reach this to meet the live stream
-        if after is None:
-            after = self._client.committed_version
         try:
+            target = await self._live_start(sub)  # history must reach it to meet the live stream
+            if after is None:
+                after = self._client.committed_version
             oldest = await history.retained_start(self._store)
             if after + 1 < oldest:
                 raise LogTruncated(
@@ -179,6 +193,18 @@ class ChangeStreams:
             last = await self._send_history(sub, after, send)
         sub.go_live(last)
         await self._pump(sub, send)
+
+    async def _live_start(self, sub: Subscriber) -> int:
+        """The version after which live events reach `sub`, once its feed is synced."""
+        ready = self.hub.ready(sub.durable)
+        try:
+            async with asyncio.timeout(FEED_SYNC_S):
+                await ready.wait()
+        except TimeoutError:
+            raise NotLeader("the pipeline did not start the change stream in time") from None
+        if sub.closed or not self.hub.synced(sub.durable):
+            raise NotLeader("the leader changed while the change stream was starting")
+        return self.hub.seen(sub.durable)
 
     async def _wait_durable(self, version: int) -> None:
         deadline = time.monotonic() + ACCEPTED_CATCH_UP_S

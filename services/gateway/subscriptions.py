@@ -1,15 +1,23 @@
 """Change-stream fan-out inside one gateway worker (no framework, no transport).
 
-The persister sends `DurableEvents` and the resolver `AcceptedEvents` to every worker once
-per round; the `Hub` renders each transaction once and hands the same bytes to every
-subscriber of that kind, so a round costs one render per transaction plus one append per
-subscriber. Each `Subscriber` has a bounded buffer: when its unsent bytes exceed the limit
-it is cut off (only it; nobody else waits for it).
+The persister sends `DurableEvents` and the resolver `AcceptedEvents` once per round to
+the workers that asked for them; the `Hub` renders each transaction once and hands the
+same bytes to every subscriber of that kind, so a round costs one render per transaction
+plus one append per subscriber. Each `Subscriber` has a bounded buffer: when its unsent
+bytes exceed the limit it is cut off (only it; nobody else waits for it).
+
+Feeds: a worker asks for a kind of events only while it has subscribers of that kind
+(`Hub.wanted`, sent upstream as an `Interest`), so a worker without subscribers is not
+woken for every commit. Each time a feed is wanted anew it gets a new sync number; the
+publisher answers it with an empty message carrying the number and the version before
+everything it sends next. Until that answer the feed ignores what arrives (leftovers of an
+earlier want), after it nothing is missing.
 
 Hand-over from history to live: a new subscriber registers first (live events buffer from
-that moment), the caller then streams history from the store up to at least what the hub
-had seen at registration (`Hub.seen`), and `go_live(h)` drops buffered events at or below
-the last history version h, so the stream has no gap and no duplicate.
+that moment), waits until its feed is synced (`Hub.ready`), then the caller streams history
+from the store up to at least what the hub had seen then (`Hub.seen`), and `go_live(h)`
+drops buffered events at or below the last history version h, so the stream has no gap
+and no duplicate.
 """
 
 from __future__ import annotations
@@ -97,6 +105,37 @@ class Subscriber:
         self.wake.set()
 
 
+@dataclass(eq=False)
+class Feed:
+    """One kind of events coming into this worker: wanted while it has subscribers."""
+
+    subscribers: set[Subscriber] = field(default_factory=set)
+    number: int = 0  # the sync number of the current want (0: not wanted)
+    issued: int = 0  # sync numbers handed out so far
+    synced: bool = False  # the publisher answered `number`: nothing from here is missing
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def want(self) -> None:
+        if not self.number:
+            self.issued += 1
+            self.number, self.synced = self.issued, False
+            self.ready = asyncio.Event()
+
+    def settle(self) -> None:
+        """No subscriber left: stop wanting (and wake whoever still waits for a sync)."""
+        if not self.subscribers and self.number:
+            self.number, self.synced = 0, False
+            self.ready.set()
+
+    def answer(self, sync: int) -> bool:
+        """Whether this sync answer is the one the feed waits for."""
+        if sync != self.number or self.synced:
+            return False
+        self.synced = True
+        self.ready.set()
+        return True
+
+
 class Hub:
     def __init__(self, buffer_limit: int) -> None:
         self.buffer_limit = buffer_limit
@@ -106,22 +145,37 @@ class Hub:
         self.durable_seen = 0  # newest durable transaction version seen
         self.accepted_seen = 0  # newest accepted transaction version seen
         self.accepted_through = 0  # every version up to it was resolved (accepted or not)
-        self._durable: set[Subscriber] = set()
-        self._accepted: set[Subscriber] = set()
+        self._feeds = {True: Feed(), False: Feed()}
+        self._durable = self._feeds[True].subscribers
+        self._accepted = self._feeds[False].subscribers
         self.dropped = 0
 
     @property
     def subscribers(self) -> int:
         return len(self._durable) + len(self._accepted)
 
+    def wanted(self) -> tuple[int, int]:
+        """(durable, accepted) sync numbers of the feeds this worker wants (0: not wanted)."""
+        return self._feeds[True].number, self._feeds[False].number
+
     def register(self, durable: bool) -> Subscriber:
         sub = Subscriber(durable, self.buffer_limit)
-        (self._durable if durable else self._accepted).add(sub)
+        feed = self._feeds[durable]
+        feed.subscribers.add(sub)
+        feed.want()
         return sub
 
     def unregister(self, sub: Subscriber) -> None:
-        self._durable.discard(sub)
-        self._accepted.discard(sub)
+        feed = self._feeds[sub.durable]
+        feed.subscribers.discard(sub)
+        feed.settle()
+
+    def ready(self, durable: bool) -> asyncio.Event:
+        """Set once the feed of this kind is synced (or stopped being wanted)."""
+        return self._feeds[durable].ready
+
+    def synced(self, durable: bool) -> bool:
+        return self._feeds[durable].synced
 
     def seen(self, durable: bool) -> int:
         return self.durable_seen if durable else self.accepted_seen
@@ -145,10 +199,13 @@ class Hub:
         self.accepted_through = max(self.accepted_through, committed)
 
     def on_durable(self, message: DurableEvents) -> None:
-        if not self._durable:  # nobody to render for: only keep count of how far it got
-            if message.transactions:
-                self.durable_seen = max(self.durable_seen, message.transactions[-1].version)
+        feed = self._feeds[True]
+        if message.sync:
+            if feed.answer(message.sync):
+                self.durable_seen = max(self.durable_seen, message.prev_version)
             return
+        if not feed.synced:
+            return  # a leftover of an earlier want: history covers it
         items = self._render(message.prev_version, message.transactions, self.durable_seen)
         if items:
             self.durable_seen = items[-1][0]
@@ -157,18 +214,20 @@ class Hub:
     def on_accepted(self, message: AcceptedEvents) -> None:
         if self.term and message.term != self.term:
             return  # a stale round of another term
+        feed = self._feeds[False]
+        if message.sync:
+            if feed.answer(message.sync):
+                self.accepted_seen = max(self.accepted_seen, message.prev_version)
+                self.accepted_through = max(self.accepted_through, message.resolved_through)
+            return
+        if not feed.synced:
+            return  # a leftover of an earlier want: history covers it
         if message.transactions and message.prev_version > self.accepted_seen:
             # The resolver dropped rounds nobody could take in time: these streams would
             # skip transactions, so they end; their clients resume after a checkpoint.
-            for sub in list(self._accepted):
-                sub.close(CLOSED_GAP, flush=True)
-            self._accepted.clear()
-            self.accepted_seen = message.prev_version
-        self.accepted_through = max(self.accepted_through, message.resolved_through)
-        if not self._accepted:
-            if message.transactions:
-                self.accepted_seen = max(self.accepted_seen, message.transactions[-1].version)
+            self._close(False, CLOSED_GAP, flush=True)
             return
+        self.accepted_through = max(self.accepted_through, message.resolved_through)
         items = self._render(message.prev_version, message.transactions, self.accepted_seen)
         if items:
             self.accepted_seen = items[-1][0]
@@ -177,18 +236,19 @@ class Hub:
     def on_leader_lost(self) -> None:
         """Non-durable streams may hold transactions that will never be durable: close them
         now. Durable streams end cleanly after what they hold (every byte is durable)."""
-        for sub in list(self._accepted):
-            sub.close(CLOSED_LEADER, flush=False)
-        self._accepted.clear()
-        for sub in list(self._durable):
-            sub.close(CLOSED_LEADER, flush=True)
-        self._durable.clear()
+        self._close(False, CLOSED_LEADER, flush=False)
+        self._close(True, CLOSED_LEADER, flush=True)
 
     def close_all(self) -> None:
-        for sub in [*self._durable, *self._accepted]:
-            sub.close(ENDED, flush=True)
-        self._durable.clear()
-        self._accepted.clear()
+        self._close(True, ENDED, flush=True)
+        self._close(False, ENDED, flush=True)
+
+    def _close(self, durable: bool, reason: str, *, flush: bool) -> None:
+        feed = self._feeds[durable]
+        for sub in list(feed.subscribers):
+            sub.close(reason, flush=flush)
+        feed.subscribers.clear()
+        feed.settle()
 
     def _render(
         self, prev: int, transactions: list[EventTransaction], seen: int
@@ -208,3 +268,5 @@ class Hub:
             if not sub.offer(items, joined):
                 subs.discard(sub)
                 self.dropped += 1
+        if not subs:
+            self._feeds[subs is self._durable].settle()

@@ -19,6 +19,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+import msgspec
 from fastapi import FastAPI
 from prometheus_client import Counter, Gauge
 
@@ -48,6 +49,7 @@ from weaseldb.protocol import (
     EventTransaction,
     GatewayMessage,
     Hello,
+    Interest,
     LeaderLost,
     Progress,
     RingEntry,
@@ -57,6 +59,7 @@ from weaseldb.protocol import (
     TermStart,
     decode_batch,
     encode_batch,
+    encode_shared,
 )
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, HttpServer, read_port_file, replace_file, stage_app
@@ -131,6 +134,9 @@ class PersisterStage:
         self._events: list[EventTransaction] = []
         self._events_prev = 0
         self._last_released_tx = 0
+        # What each gateway worker subscribes to (only workers with subscribers are here):
+        # the others get no events, and no Progress but the heartbeat.
+        self._interest: dict[int, Interest] = {}
 
     # Lifecycle
 
@@ -389,6 +395,8 @@ class PersisterStage:
                 self._submit(work)
                 work = []
                 self._shutdown.set()
+            elif isinstance(entry, Interest):
+                self._on_interest(entry)
             elif isinstance(entry, CommitEntry | StatusEntry):
                 if self._is_current(entry.term):
                     work.append(entry)
@@ -414,8 +422,24 @@ class PersisterStage:
             self._ring_closed = True
             self.health.set(True, "leading")
 
+    def _on_interest(self, interest: Interest) -> None:
+        """A worker's subscribers changed. A new durable sync number is answered at once,
+        with the version released last: every later round reaches the worker, so its live
+        stream starts right after that version."""
+        worker = interest.worker
+        before = self._interest.pop(worker, None)
+        if interest.durable or interest.accepted:
+            self._interest[worker] = interest
+        if interest.durable and (before is None or before.durable != interest.durable):
+            sync: list[GatewayMessage] = [
+                DurableEvents(self._last_released_tx, [], interest.durable)
+            ]
+            self._queues.put(worker, encode_batch(sync + self._progress()))
+
     def _on_hello(self, hello: Hello) -> None:
         self._heard.add(hello.stage)
+        if hello.stage == "gateway":
+            self._interest.pop(hello.worker, None)  # a new process: it has no subscribers
         if {"sequencer", "resolver"} <= self._heard:
             self._ring_assembled.set()
         if not self._announced or self._term is None:
@@ -446,7 +470,7 @@ class PersisterStage:
             await asyncio.sleep(HEARTBEAT_S)
             if self._index is not None:
                 self._index.tick()
-            self._flush_outgoing()
+            self._flush_outgoing(everyone=True)
 
     # Answers
 
@@ -478,13 +502,14 @@ class PersisterStage:
             and isinstance(entry, CommitEntry)
             and entry.state is CommitState.ACCEPTED
         ):
-            if not self._events:
-                self._events_prev = self._last_released_tx
-            self._events.append(
-                EventTransaction(
-                    entry.version, entry.request_id, entry.timestamp_ms, entry.operations
+            if self._durable_wanted():
+                if not self._events:
+                    self._events_prev = self._last_released_tx
+                self._events.append(
+                    EventTransaction(
+                        entry.version, entry.request_id, entry.timestamp_ms, entry.operations
+                    )
                 )
-            )
             self._last_released_tx = entry.version
         reply = self._answers.reply(entry, self._committed, now)
         if reply is not None and isinstance(entry, CommitEntry | StatusEntry):
@@ -503,27 +528,40 @@ class PersisterStage:
                     self._outgoing[entry.origin].append(Answers.stale_status(entry))
         self._flush_outgoing()
 
-    def _flush_outgoing(self) -> None:
-        """Queue this round's events, progress and answers for every worker, in that order
-        (a worker that has seen Progress(v) has seen every transaction up to v)."""
+    def _durable_wanted(self) -> bool:
+        return any(i.durable for i in self._interest.values())
+
+    def _progress(self) -> list[GatewayMessage]:
+        if self._term is None:
+            return []
+        return [Progress(self._committed, self._term.leader_id, self._term.term)]
+
+    def _flush_outgoing(self, *, everyone: bool = False) -> None:
+        """Queue this round's events, progress and answers as one frame per worker that
+        needs them, in that order (a worker that has seen Progress(v) has seen every
+        transaction up to v). A worker with no answers and no subscribers hears nothing
+        but the heartbeat (`everyone`): waking it would cost a context switch per round."""
         outgoing, self._outgoing = self._outgoing, defaultdict(list)
         if self._engine is not None:
             PUTS.inc(self._engine.puts - self._puts_counted)
             self._puts_counted = self._engine.puts
+        events = None
         if self._events:
             # Encoded once for every worker: the cost is per release round, not per
             # worker or subscriber.
-            self._queues.put_all(
-                encode_batch(list[GatewayMessage]([DurableEvents(self._events_prev, self._events)]))
-            )
+            events = encode_shared(DurableEvents(self._events_prev, self._events))
             self._events = []
-        progress: list[GatewayMessage] = []
-        if self._term is not None:
-            progress = [Progress(self._committed, self._term.leader_id, self._term.term)]
+        progress = self._progress()
         for queue in self._queues:
-            messages = progress + outgoing.get(queue.worker, [])
-            if messages:
-                queue.put(encode_batch(messages))
+            interest = self._interest.get(queue.worker)
+            answers = outgoing.get(queue.worker, [])
+            if not (answers or interest or everyone):
+                continue
+            batch: list[GatewayMessage | msgspec.Raw] = [*progress, *answers]
+            if events is not None and interest and interest.durable:
+                batch.insert(0, events)
+            if batch:
+                queue.put(encode_batch(batch))
 
     def _broadcast(self, messages: list[GatewayMessage]) -> None:
         self._flush_outgoing()

@@ -1,14 +1,16 @@
 """Resolver process: ring wiring around `services.resolver.logic.Resolver`.
 
 Besides forwarding each ring batch to the persister, it publishes the transactions it
-accepted to every gateway worker (one `AcceptedEvents` message per ring batch and worker,
-whatever the number of subscribers) for `durable=false` change streams.
+accepted to the gateway workers that have `durable=false` subscribers (one
+`AcceptedEvents` message per ring batch and such worker, whatever the number of
+subscribers); a worker says so with an `Interest` entry on the ring.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from prometheus_client import Counter
@@ -20,7 +22,8 @@ from weaseldb.protocol import (
     CommitEntry,
     CommitState,
     EventTransaction,
-    GatewayMessage,
+    Hello,
+    Interest,
     RingEntry,
     TermStart,
     encode_batch,
@@ -37,52 +40,92 @@ DROPPED = Counter(
 )
 
 
+@dataclass
+class _Frame:
+    data: bytes
+    workers: list[int]  # the gateway workers it goes to
+    sync: bool  # answers an Interest: never dropped, or that worker's stream would not start
+
+
 class AcceptedPublisher:
     """Collects accepted transactions per ring batch; one task sends them, so publishing
-    never delays forwarding to the persister. The backlog is bounded: when gateway workers
-    do not keep up, it is dropped, and the next frame's `prev_version` shows the gap, so
-    workers close their durable=false streams (those clients resume after a checkpoint)."""
+    never delays forwarding to the persister. Only workers that asked (`Interest`) get
+    them. The backlog is bounded: when gateway workers do not keep up, it is dropped, and
+    the next frame's `prev_version` shows the gap, so workers close their durable=false
+    streams (those clients resume after a checkpoint)."""
 
     def __init__(self, outboxes: list[Outbox], limit_bytes: int = ACCEPTED_BACKLOG_BYTES) -> None:
         self._outboxes = outboxes
         self._limit = limit_bytes
-        self._frames: list[bytes] = []
+        self._frames: list[_Frame] = []
         self.backlog_bytes = 0
         self._ready = asyncio.Event()
         self._term = 0
-        self._prev = 0  # newest accepted version published
+        self._prev = 0  # newest accepted version (published, if anyone listens)
         self._through = 0
+        self._wanted: dict[int, int] = {}  # worker -> the sync number of its interest
 
     def collect(self, entries: list[RingEntry], resolved_through: int) -> None:
         transactions: list[EventTransaction] = []
         prev = self._prev
         for entry in entries:
             if isinstance(entry, TermStart) and entry.term != self._term:
-                if transactions:
-                    self._emit(transactions, prev)
+                self._emit(transactions, prev)
                 transactions = []
                 self._term = entry.term
                 self._prev = prev = self._through = entry.first_version - 1
             elif isinstance(entry, CommitEntry) and entry.state is CommitState.ACCEPTED:
+                if not self._wanted:
+                    self._prev = entry.version  # nobody listens: only keep count
+                    continue
                 transactions.append(
                     EventTransaction(
                         entry.version, entry.request_id, entry.timestamp_ms, entry.operations
                     )
                 )
+            elif isinstance(entry, Interest | Hello):
+                # What came before goes to the workers that wanted it before.
+                self._emit(transactions, prev)
+                transactions, prev = [], self._prev
+                self._take_interest(entry)
         if self._term and (transactions or resolved_through > self._through):
             self._through = max(self._through, resolved_through)
-            self._emit(transactions, prev)
+            self._emit(transactions, prev, always=True)
 
-    def _emit(self, transactions: list[EventTransaction], prev: int) -> None:
-        message = AcceptedEvents(self._term, prev, self._through, transactions)
-        frame = encode_batch(list[GatewayMessage]([message]))
-        if self.backlog_bytes + len(frame) > self._limit:
-            DROPPED.inc(len(self._frames))
-            self._frames, self.backlog_bytes = [], 0
-        self._frames.append(frame)
-        self.backlog_bytes += len(frame)
+    def _take_interest(self, entry: Interest | Hello) -> None:
+        if isinstance(entry, Hello):
+            if entry.stage == "gateway":
+                self._wanted.pop(entry.worker, None)  # a new process: no subscribers yet
+            return
+        if not 0 <= entry.worker < len(self._outboxes):
+            return
+        if not entry.accepted:
+            self._wanted.pop(entry.worker, None)
+        elif self._wanted.get(entry.worker) != entry.accepted:
+            self._wanted[entry.worker] = entry.accepted
+            message = AcceptedEvents(self._term, self._prev, self._through, [], entry.accepted)
+            self._queue(message, [entry.worker], sync=True)
+
+    def _emit(
+        self, transactions: list[EventTransaction], prev: int, *, always: bool = False
+    ) -> None:
+        if not (transactions or always):
+            return
         if transactions:
             self._prev = transactions[-1].version
+        if self._wanted:
+            message = AcceptedEvents(self._term, prev, self._through, transactions)
+            self._queue(message, list(self._wanted), sync=False)
+
+    def _queue(self, message: AcceptedEvents, workers: list[int], *, sync: bool) -> None:
+        frame = _Frame(encode_batch([message]), workers, sync)
+        if self.backlog_bytes + len(frame.data) > self._limit:
+            kept = [f for f in self._frames if f.sync]
+            DROPPED.inc(len(self._frames) - len(kept))
+            self._frames = kept
+            self.backlog_bytes = sum(len(f.data) for f in kept)
+        self._frames.append(frame)
+        self.backlog_bytes += len(frame.data)
         self._ready.set()
 
     async def run(self) -> None:
@@ -91,8 +134,8 @@ class AcceptedPublisher:
             self._ready.clear()
             frames, self._frames, self.backlog_bytes = self._frames, [], 0
             for frame in frames:
-                for outbox in self._outboxes:
-                    await outbox.send(frame)
+                for worker in frame.workers:
+                    await self._outboxes[worker].send(frame.data)
 
 
 class ResolverStage(RelayStage):

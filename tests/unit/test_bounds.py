@@ -20,6 +20,8 @@ from weaseldb.protocol import (
     AcceptedEvents,
     CommitEntry,
     CommitState,
+    Hello,
+    Interest,
     RingEntry,
     StatusEntry,
     TermStart,
@@ -84,7 +86,7 @@ def test_the_resolvers_accepted_backlog_is_dropped_and_the_gap_closes_streams() 
         blocked = RecordingOutbox(blocked=True)
         publisher = AcceptedPublisher([as_outbox(blocked)], limit_bytes=4096)
         sender = asyncio.create_task(publisher.run())
-        publisher.collect([TermStart(9, "L", 1, 0)], 0)
+        publisher.collect([TermStart(9, "L", 1, 0), Interest(0, accepted=1)], 0)
         peak = 0
         for version in range(1, 500):
             entry = CommitEntry(0, 0, f"req-{version:020d}", [], [Write(b"k", b"v" * 50)])
@@ -103,6 +105,7 @@ def test_the_resolvers_accepted_backlog_is_dropped_and_the_gap_closes_streams() 
     hub = Hub(buffer_limit=1 << 20)
     hub.on_term_start(9, "L", 0)
     live = hub.register(durable=False)
+    assert hub.wanted() == (0, 1)  # the number the Interest above carried
     live.go_live(0)
     for frame in frames:
         for message in decode_replies(frame):
@@ -163,3 +166,35 @@ def test_the_gateway_sheds_instead_of_queueing_without_bound() -> None:
 
     refused = asyncio.run(scenario())
     assert refused.overloaded and not refused.unknown
+
+
+def test_accepted_events_go_only_to_workers_that_asked() -> None:
+    async def scenario() -> tuple[list[AcceptedEvents], list[AcceptedEvents]]:
+        quiet, asking = RecordingOutbox(), RecordingOutbox()
+        publisher = AcceptedPublisher([as_outbox(quiet), as_outbox(asking)])
+        sender = asyncio.create_task(publisher.run())
+
+        def commit(version: int) -> CommitEntry:
+            entry = CommitEntry(0, 0, f"req-{version:020d}", [], [Write(b"k", b"v")])
+            entry.state, entry.version = CommitState.ACCEPTED, version
+            return entry
+
+        publisher.collect([TermStart(9, "L", 1, 0), commit(1)], 1)
+        publisher.collect([commit(2), Interest(1, accepted=7), commit(3)], 3)
+        publisher.collect([commit(4), Hello("gateway", 1), commit(5)], 5)  # it restarted
+        await asyncio.sleep(0.01)
+        sender.cancel()
+        decoded = [
+            [m for f in outbox.frames for m in decode_replies(f) if isinstance(m, AcceptedEvents)]
+            for outbox in (quiet, asking)
+        ]
+        return decoded[0], decoded[1]
+
+    quiet, asking = asyncio.run(scenario())
+    assert quiet == []
+    sync, *rounds = asking
+    assert (sync.sync, sync.prev_version, sync.transactions) == (7, 2, [])
+    assert [(m.prev_version, [t.version for t in m.transactions]) for m in rounds] == [
+        (2, [3]),
+        (3, [4]),
+    ]

@@ -11,7 +11,13 @@ from services.gateway import retention, sse
 from services.gateway import status as st
 from services.gateway.requests import BadRequest
 from services.gateway.subscriptions import CLOSED_LEADER, CLOSED_SLOW, Hub
-from weaseldb.protocol import DurableEvents, EventTransaction, StatusReply, Write
+from weaseldb.protocol import (
+    AcceptedEvents,
+    DurableEvents,
+    EventTransaction,
+    StatusReply,
+    Write,
+)
 from weaseldb.types import Outcome
 
 
@@ -71,13 +77,13 @@ def test_hand_over_drops_duplicates_and_keeps_order() -> None:
     async def run() -> None:
         hub = Hub(buffer_limit=1 << 20)
         sub = hub.register(durable=True)
+        hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
         hub.on_durable(DurableEvents(0, [tx(1), tx(2)]))
         hub.on_durable(DurableEvents(2, [tx(3), tx(4)]))
         sub.go_live(3)  # history already sent 1..3
         hub.on_durable(DurableEvents(4, [tx(5)]))
         hub.on_durable(DurableEvents(4, [tx(5)]))  # a repeated round is ignored
-        data = sub.take()
-        assert [int(line[4:]) for line in data.split(b"\n") if line.startswith(b"id: ")] == [4, 5]
+        assert events_in(sub.take()) == [4, 5]
 
     asyncio.run(run())
 
@@ -86,6 +92,7 @@ def test_slow_subscriber_is_cut_alone_and_leader_change() -> None:
     async def run() -> None:
         hub = Hub(buffer_limit=2000)
         slow, fast = hub.register(durable=True), hub.register(durable=False)
+        hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
         slow.go_live(0)
         cut: list[bool] = []
         slow.on_cut = lambda: cut.append(True)
@@ -95,5 +102,64 @@ def test_slow_subscriber_is_cut_alone_and_leader_change() -> None:
         assert hub.subscribers == 1
         hub.on_leader_lost()
         assert fast.closed == CLOSED_LEADER and not fast.flush_first
+
+    asyncio.run(run())
+
+
+def events_in(sub_data: bytes) -> list[int]:
+    return [int(line[4:]) for line in sub_data.split(b"\n") if line.startswith(b"id: ")]
+
+
+def test_a_feed_takes_nothing_before_its_sync_answer_and_misses_nothing_after() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=1 << 20)
+        assert hub.wanted() == (0, 0)  # no subscriber: this worker asks for no events
+        sub = hub.register(durable=True)
+        number = hub.wanted()[0]
+        assert number and not hub.ready(True).is_set()
+        hub.on_durable(DurableEvents(0, [tx(1), tx(2)]))  # a leftover: not synced yet
+        hub.on_durable(DurableEvents(2, [], sync=number + 1))  # not the awaited number
+        assert not hub.synced(True)
+        hub.on_durable(DurableEvents(5, [], sync=number))
+        target = hub.seen(True)  # history from the store reaches this
+        assert hub.ready(True).is_set() and target == 5
+        hub.on_durable(DurableEvents(5, [tx(6), tx(7)]))
+        sub.go_live(target)
+        assert events_in(sub.take()) == [6, 7]
+
+    asyncio.run(run())
+
+
+def test_the_last_subscriber_leaving_stops_the_feed_and_a_new_one_needs_a_new_sync() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=1 << 20)
+        first = hub.register(durable=False)
+        old = hub.wanted()[1]
+        hub.on_accepted(AcceptedEvents(0, 3, 3, [], sync=old))
+        hub.unregister(first)
+        assert hub.wanted() == (0, 0) and not hub.synced(False)
+        second = hub.register(durable=False)
+        new = hub.wanted()[1]
+        assert new != old
+        hub.on_accepted(AcceptedEvents(0, 3, 4, [tx(4)]))  # sent under the old want
+        hub.on_accepted(AcceptedEvents(0, 3, 3, [], sync=old))  # a late answer to it
+        assert not hub.synced(False)
+        hub.on_accepted(AcceptedEvents(0, 4, 4, [], sync=new))
+        target = hub.seen(False)
+        hub.on_accepted(AcceptedEvents(0, 4, 5, [tx(5)]))
+        second.go_live(target)
+        assert events_in(second.take()) == [5]
+
+    asyncio.run(run())
+
+
+def test_leader_loss_wakes_a_subscriber_waiting_for_its_sync() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=1 << 20)
+        sub = hub.register(durable=True)
+        ready = hub.ready(True)
+        hub.on_leader_lost()
+        assert ready.is_set() and sub.closed == CLOSED_LEADER and not hub.synced(True)
+        assert hub.wanted() == (0, 0)
 
     asyncio.run(run())

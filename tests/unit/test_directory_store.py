@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,3 +132,42 @@ def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_pat
     assert used == 1, "the second write did not take a file made ahead"
     assert leaked == 0
     assert asyncio.run(DirectoryStore(tmp_path / "db").get(layout.batch_key(2))) == b"second"
+
+
+class ThreadSpy:
+    """Records which thread ran each fsync (then really fsyncs)."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self._fsync = os.fsync
+
+    def __call__(self, fd: int) -> None:
+        self.threads.append(threading.get_ident())
+        self._fsync(fd)
+
+
+def test_a_lone_write_runs_on_the_loop_and_writes_asked_together_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The persister's one batch in flight is written on its own thread (no hand-off to a
+    pool thread and back); a fence run of many batches still goes to the pool at once."""
+    spy = ThreadSpy()
+    monkeypatch.setattr(os, "fsync", spy)
+
+    async def scenario() -> tuple[set[int], set[int], int]:
+        store = DirectoryStore(tmp_path / "db")
+        loop_thread = threading.get_ident()
+        await store.put_if_absent(layout.batch_key(2**64 - 2), b"warm")  # makes directories
+        spy.threads.clear()
+        await store.put_if_absent(layout.batch_key(2**64 - 3), b"alone")
+        alone = set(spy.threads)
+        spy.threads.clear()
+        keys = [layout.batch_key(2**64 - 10 - n) for n in range(16)]
+        await asyncio.gather(*(store.put_if_absent(k, b"fence") for k in keys))
+        together = set(spy.threads)
+        await store.close()
+        return alone, together, loop_thread
+
+    alone, together, loop_thread = asyncio.run(scenario())
+    assert alone == {loop_thread}
+    assert loop_thread not in together and len(together) > 1

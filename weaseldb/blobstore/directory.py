@@ -33,6 +33,9 @@ log = logging.getLogger("weaseldb.blobstore")
 
 #: Unnamed files kept ready for the next create-only writes.
 SPARE_FILES = 8
+#: A create-only write up to this size, with no other write of this store under way, runs
+#: on the caller's thread instead of a pool thread (see `put_if_absent`).
+INLINE_WRITE_BYTES = 64 * 1024
 #: A 20-digit name is split into directories of these widths plus the file name.
 _SPLITS = (14, 3)
 T = TypeVar("T")
@@ -92,6 +95,7 @@ class DirectoryStore:
         self._spare_files: collections.deque[int] = collections.deque()
         self._refilling = threading.Lock()
         self._closed = False
+        self._writes = 0  # create-only writes asked for and not finished
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -105,7 +109,22 @@ class DirectoryStore:
         return self.root / head / last if head else self.root / last
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
-        await self._run(self._put_if_absent, self._path(key), data)
+        """A small write that is the only one asked for is done right here, blocking the
+        event loop for its two fsyncs: handing it to a pool thread and back costs two
+        thread wake-ups, and the persister, the writer that matters, has nothing to do
+        meanwhile (with a batch in flight, the next one waits for it). Writes asked for
+        together (a fence run, a batch while another is in a pool thread) go to the pool
+        and overlap: the turn of the loop taken first lets them all announce themselves."""
+        path = self._path(key)
+        self._writes += 1
+        try:
+            await asyncio.sleep(0)
+            if self._writes == 1 and len(data) <= INLINE_WRITE_BYTES:
+                self._put_if_absent(path, data)
+            else:
+                await self._run(self._put_if_absent, path, data)
+        finally:
+            self._writes -= 1
 
     async def put(self, key: str, data: bytes) -> None:
         await self._run(self._replace, self._path(key), data)

@@ -20,7 +20,6 @@ import json
 import random
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from systems import data_dir
 
 from weaseldb import batchfile, history, layout
 from weaseldb.batchfile import Batch, Transaction
@@ -119,7 +119,7 @@ def main() -> int:
     args = parser.parse_args()
     from weaseldb_compaction import job, session
 
-    work = Path(tempfile.mkdtemp(prefix="bench-compaction-"))
+    work = data_dir("bench-compaction-")
     try:
         started = time.perf_counter()
         log_bytes = fill(work / "data", args.operations)

@@ -19,12 +19,13 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from systems import data_dir
 
 from services.persister.leadership import claim, open_term
 from weaseldb import batchfile, layout, recovery
@@ -97,7 +98,7 @@ async def time_recovery(store: BlobStore, runs: int) -> tuple[list[float], Count
 
 
 def measure(store_kind: str, count: int, runs: int) -> dict[str, object]:
-    scratch = Path(tempfile.mkdtemp(prefix="wdb-recovery-"))
+    scratch = data_dir("wdb-recovery-")
     try:
         if store_kind == "dir":
             fill_started = time.perf_counter()

@@ -15,13 +15,14 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from systems import data_dir
 
 from tests.support.cluster import ServiceSet, free_port_block, short_run_dir
 from tests.support.load import Load
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="bench/results/stage-restart.json")
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="wdb-bench-"))
+    data = data_dir("wdb-bench-")
     run_dir = short_run_dir()
     services = ServiceSet(f"dir:{data}", free_port_block(), run_dir).start()
     load = Load(services.url, concurrency=4).start()

@@ -1,10 +1,13 @@
 """Change-stream fan-out inside one gateway worker (no framework, no transport).
 
 The persister sends `DurableEvents` and the resolver `AcceptedEvents` once per round to
-the workers that asked for them; the `Hub` renders each transaction once and hands the
-same bytes to every subscriber of that kind, so a round costs one render per transaction
-plus one append per subscriber. Each `Subscriber` has a bounded buffer: when its unsent
-bytes exceed the limit it is cut off (only it; nobody else waits for it).
+the workers that asked for them; the `Hub` renders each transaction once and appends the
+round to that kind's `Journal`, which every subscriber of the kind reads through its own
+cursor when it wakes (at most once per linger). So a round costs one render per
+transaction and one append, whatever the number of subscribers; a subscriber costs one
+read and one write per wake-up. A subscriber that falls more than its limit behind the
+journal is cut off (only it; nobody else waits for it), and the journal keeps a round only
+until every subscriber has read it.
 
 Feeds: a worker asks for a kind of events only while it has subscribers of that kind
 (`Hub.wanted`, sent upstream as an `Interest`), so a worker without subscribers is not
@@ -13,11 +16,11 @@ publisher answers it with an empty message carrying the number and the version b
 everything it sends next. Until that answer the feed ignores what arrives (leftovers of an
 earlier want), after it nothing is missing.
 
-Hand-over from history to live: a new subscriber registers first (live events buffer from
-that moment), waits until its feed is synced (`Hub.ready`), then the caller streams history
-from the store up to at least what the hub had seen then (`Hub.seen`), and `go_live(h)`
-drops buffered events at or below the last history version h, so the stream has no gap
-and no duplicate.
+Hand-over from history to live: a new subscriber registers first (the journal keeps what
+arrives from that moment for it), waits until its feed is synced (`Hub.ready`), then the
+caller streams history from the store up to at least what the hub had seen then
+(`Hub.seen`), and `go_live(h)` makes the subscriber skip what it reads at or below the last
+history version h, so the stream has no gap and no duplicate.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from services.gateway import sse
 from weaseldb.protocol import AcceptedEvents, DurableEvents, EventTransaction
@@ -37,79 +41,115 @@ ENDED = "ended"
 
 
 @dataclass(eq=False)
+class Round:
+    """One round of rendered events, shared by every subscriber of its kind."""
+
+    items: list[tuple[int, bytes]]  # (version, rendered event) per transaction
+    data: bytes  # all of them joined
+    end: int  # the journal's offset after this round
+
+
+class Journal:
+    """The rounds of one kind of events, in order, each rendered once. Subscribers read
+    it through their own cursor, so a round costs the same with one subscriber or a
+    hundred; a round is dropped once every subscriber has read it."""
+
+    def __init__(self) -> None:
+        self._rounds: deque[Round] = deque()
+        self.first = 0  # sequence number of the oldest round kept
+        self.end = 0  # bytes ever appended: the offset after the newest round
+
+    @property
+    def next(self) -> int:
+        """The sequence number the next round will get."""
+        return self.first + len(self._rounds)
+
+    def append(self, items: list[tuple[int, bytes]]) -> None:
+        data = b"".join(event for _, event in items)
+        self.end += len(data)
+        self._rounds.append(Round(items, data, self.end))
+
+    def since(self, cursor: int) -> list[Round]:
+        return list(islice(self._rounds, max(cursor - self.first, 0), None))
+
+    def drop_before(self, cursor: int) -> None:
+        while self._rounds and self.first < cursor:
+            self._rounds.popleft()
+            self.first += 1
+
+
+@dataclass(eq=False)
 class Subscriber:
     durable: bool
     limit: int
+    feed: Feed
+    cursor: int = 0  # the next round of the journal to read
+    offset: int = 0  # the journal's offset at `cursor`
     live: bool = False
-    last_version: int = 0  # newest transaction version enqueued
+    last_version: int = 0  # newest transaction version taken (or sent as history)
     closed: str = ""  # why the stream stops ("" while open)
     flush_first: bool = True  # deliver what is buffered before stopping
-    pending_bytes: int = 0
-    # Rounds of rendered events: ((version, event) per transaction, all of them joined).
-    _chunks: deque[tuple[list[tuple[int, bytes]], bytes]] = field(default_factory=deque)
+    _kept: list[Round] | None = None  # what was unread when it closed (journal: no longer)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     on_cut: Callable[[], object] | None = None  # called when cut off for falling behind
 
-    def offer(self, items: list[tuple[int, bytes]], joined: bytes) -> bool:
-        """Append one round of rendered events; False when this overflowed the buffer."""
-        if self.closed or not items:
-            return True
-        if self.live:
-            if items[-1][0] <= self.last_version:
-                return True
-            if items[0][0] <= self.last_version:  # overlap with what was sent: de-duplicate
-                items = [(v, data) for v, data in items if v > self.last_version]
-                joined = b"".join(data for _, data in items)
-            self.last_version = items[-1][0]
-        self._chunks.append((items, joined))
-        self.pending_bytes += len(joined)
-        self.wake.set()
-        if self.pending_bytes > self.limit:
-            self.close(CLOSED_SLOW, flush=False)
-            if self.on_cut is not None:
-                self.on_cut()
-            return False
-        return True
+    def __post_init__(self) -> None:
+        self.cursor, self.offset = self.feed.journal.next, self.feed.journal.end
+
+    @property
+    def journal(self) -> Journal:
+        return self.feed.journal
+
+    @property
+    def pending_bytes(self) -> int:
+        if self._kept is not None:
+            return sum(len(r.data) for r in self._kept)
+        return self.journal.end - self.offset
 
     def go_live(self, history_last: int) -> None:
-        """History was sent up to `history_last`: keep only newer buffered events."""
+        """History was sent up to `history_last`: what is buffered at or below it is not
+        sent again."""
         self.last_version = history_last
         self.live = True
-        chunks, self._chunks, self.pending_bytes = self._chunks, deque(), 0
-        for items, joined in chunks:
-            if items[-1][0] <= self.last_version:
-                continue
-            kept, data = items, joined
-            if items[0][0] <= self.last_version:
-                kept = [(v, d) for v, d in items if v > self.last_version]
-                data = b"".join(d for _, d in kept)
-            self._chunks.append((kept, data))
-            self.pending_bytes += len(data)
-            self.last_version = kept[-1][0]
         self.wake.set()
 
     def take(self) -> bytes:
-        data = b"".join(joined for _, joined in self._chunks)
-        self._chunks.clear()
-        self.pending_bytes = 0
+        """Everything not yet taken, without what history already sent."""
+        if self._kept is not None:
+            rounds, self._kept = self._kept, []
+        else:
+            rounds = self.journal.since(self.cursor)
+            self.cursor, self.offset = self.journal.next, self.journal.end
+            self.feed.read(self)
         self.wake.clear()
-        return data
+        chunks: list[bytes] = []
+        for round_ in rounds:
+            if round_.items[-1][0] <= self.last_version:
+                continue
+            if round_.items[0][0] <= self.last_version:
+                chunks += [event for v, event in round_.items if v > self.last_version]
+            else:
+                chunks.append(round_.data)
+            self.last_version = round_.items[-1][0]
+        return b"".join(chunks)
 
     def close(self, reason: str, *, flush: bool) -> None:
         if not self.closed:
             self.closed = reason
             self.flush_first = flush
-            if not flush:
-                self._chunks.clear()
-                self.pending_bytes = 0
+            # Keep what it has not read: once it leaves the hub, the journal may drop it.
+            self._kept = self.journal.since(self.cursor) if flush else []
         self.wake.set()
 
 
 @dataclass(eq=False)
 class Feed:
-    """One kind of events coming into this worker: wanted while it has subscribers."""
+    """One kind of events coming into this worker: wanted while it has subscribers. The
+    subscribers are kept in the order they last read the journal, which is also the order
+    of their offsets (a reader moves to the end), so the slowest is always the first."""
 
-    subscribers: set[Subscriber] = field(default_factory=set)
+    journal: Journal = field(default_factory=Journal)
+    subscribers: dict[Subscriber, None] = field(default_factory=dict)
     number: int = 0  # the sync number of the current want (0: not wanted)
     issued: int = 0  # sync numbers handed out so far
     synced: bool = False  # the publisher answered `number`: nothing from here is missing
@@ -135,6 +175,44 @@ class Feed:
         self.ready.set()
         return True
 
+    def add(self, sub: Subscriber) -> None:
+        self.subscribers[sub] = None
+        self.want()
+
+    def remove(self, sub: Subscriber) -> None:
+        self.subscribers.pop(sub, None)
+        self._trim()
+        self.settle()
+
+    def read(self, sub: Subscriber) -> None:
+        if sub in self.subscribers:
+            self.subscribers[sub] = self.subscribers.pop(sub)  # to the end: newest offset
+            self._trim()
+
+    def publish(self, items: list[tuple[int, bytes]]) -> list[Subscriber]:
+        """Append one round and wake every subscriber; returns the ones it cut off for
+        being more than their limit behind (only those: nobody waits for them)."""
+        self.journal.append(items)
+        cut: list[Subscriber] = []
+        for sub in self.subscribers:
+            if self.journal.end - sub.offset <= sub.limit:
+                break  # the rest read later, so they are nearer
+            cut.append(sub)
+        for sub in cut:
+            del self.subscribers[sub]
+            sub.close(CLOSED_SLOW, flush=False)
+            if sub.on_cut is not None:
+                sub.on_cut()
+        for sub in self.subscribers:
+            sub.wake.set()
+        self._trim()
+        self.settle()
+        return cut
+
+    def _trim(self) -> None:
+        slowest = next(iter(self.subscribers), None)
+        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)
+
 
 class Hub:
     def __init__(self, buffer_limit: int) -> None:
@@ -146,29 +224,24 @@ class Hub:
         self.accepted_seen = 0  # newest accepted transaction version seen
         self.accepted_through = 0  # every version up to it was resolved (accepted or not)
         self._feeds = {True: Feed(), False: Feed()}
-        self._durable = self._feeds[True].subscribers
-        self._accepted = self._feeds[False].subscribers
         self.dropped = 0
 
     @property
     def subscribers(self) -> int:
-        return len(self._durable) + len(self._accepted)
+        return sum(len(feed.subscribers) for feed in self._feeds.values())
 
     def wanted(self) -> tuple[int, int]:
         """(durable, accepted) sync numbers of the feeds this worker wants (0: not wanted)."""
         return self._feeds[True].number, self._feeds[False].number
 
     def register(self, durable: bool) -> Subscriber:
-        sub = Subscriber(durable, self.buffer_limit)
         feed = self._feeds[durable]
-        feed.subscribers.add(sub)
-        feed.want()
+        sub = Subscriber(durable, self.buffer_limit, feed)
+        feed.add(sub)
         return sub
 
     def unregister(self, sub: Subscriber) -> None:
-        feed = self._feeds[sub.durable]
-        feed.subscribers.discard(sub)
-        feed.settle()
+        self._feeds[sub.durable].remove(sub)
 
     def ready(self, durable: bool) -> asyncio.Event:
         """Set once the feed of this kind is synced (or stopped being wanted)."""
@@ -209,7 +282,7 @@ class Hub:
         items = self._render(message.prev_version, message.transactions, self.durable_seen)
         if items:
             self.durable_seen = items[-1][0]
-            self._fan_out(self._durable, items)
+            self._fan_out(True, items)
 
     def on_accepted(self, message: AcceptedEvents) -> None:
         if self.term and message.term != self.term:
@@ -231,7 +304,7 @@ class Hub:
         items = self._render(message.prev_version, message.transactions, self.accepted_seen)
         if items:
             self.accepted_seen = items[-1][0]
-            self._fan_out(self._accepted, items)
+            self._fan_out(False, items)
 
     def on_leader_lost(self) -> None:
         """Non-durable streams may hold transactions that will never be durable: close them
@@ -247,8 +320,7 @@ class Hub:
         feed = self._feeds[durable]
         for sub in list(feed.subscribers):
             sub.close(reason, flush=flush)
-        feed.subscribers.clear()
-        feed.settle()
+            feed.remove(sub)
 
     def _render(
         self, prev: int, transactions: list[EventTransaction], seen: int
@@ -262,11 +334,5 @@ class Hub:
             prev = tx.version
         return items
 
-    def _fan_out(self, subs: set[Subscriber], items: list[tuple[int, bytes]]) -> None:
-        joined = b"".join(data for _, data in items)
-        for sub in list(subs):
-            if not sub.offer(items, joined):
-                subs.discard(sub)
-                self.dropped += 1
-        if not subs:
-            self._feeds[subs is self._durable].settle()
+    def _fan_out(self, durable: bool, items: list[tuple[int, bytes]]) -> None:
+        self.dropped += len(self._feeds[durable].publish(items))

@@ -163,3 +163,44 @@ def test_leader_loss_wakes_a_subscriber_waiting_for_its_sync() -> None:
         assert hub.wanted() == (0, 0)
 
     asyncio.run(run())
+
+
+def test_subscribers_of_a_kind_share_one_journal_that_keeps_only_unread_rounds() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=3000)
+        reader, idle = hub.register(durable=True), hub.register(durable=True)
+        hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
+        reader.go_live(0)
+        idle.go_live(0)
+        hub.on_durable(DurableEvents(0, [tx(1), tx(2)]))
+        assert events_in(reader.take()) == [1, 2]
+        journal = reader.journal
+        assert journal is idle.journal and journal.since(journal.first)  # idle has not read
+        for v in range(3, 40):
+            hub.on_durable(DurableEvents(v - 1, [tx(v)]))
+            if v % 5 == 0:
+                reader.take()  # keeps up
+        # The one that never read fell more than its limit behind: cut, alone.
+        assert idle.closed == CLOSED_SLOW and not reader.closed and hub.dropped == 1
+        assert events_in(reader.take()) == [36, 37, 38, 39]
+        assert journal.since(journal.first) == []  # every round was read: none kept
+
+    asyncio.run(run())
+
+
+def test_a_stream_closed_with_flush_keeps_what_it_had_not_read() -> None:
+    async def run() -> None:
+        hub = Hub(buffer_limit=1 << 20)
+        sub = hub.register(durable=True)
+        hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
+        sub.go_live(0)
+        hub.on_durable(DurableEvents(0, [tx(1), tx(2)]))
+        hub.on_leader_lost()  # durable streams end after what they hold
+        later = hub.register(durable=True)
+        hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
+        later.go_live(2)
+        hub.on_durable(DurableEvents(2, [tx(3)]))
+        assert sub.closed == CLOSED_LEADER and sub.flush_first
+        assert events_in(sub.take()) == [1, 2] and events_in(later.take()) == [3]
+
+    asyncio.run(run())

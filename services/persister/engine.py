@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from services.persister.leadership import OpenedTerm, now_ms, with_retries
@@ -233,12 +232,15 @@ class Engine:
         key = layout.batch_key(batch.batch)
         data = batchfile.encode(batch)
 
+        # The loop's clock (monotonic), so a simulation with a virtual clock is repeatable.
+        clock = asyncio.get_running_loop().time
+
         async def put() -> None:
             slot.attempts += 1
             self.puts += 1
-            started = time.monotonic()
+            started = clock()
             await self._store.put_if_absent(key, data)
-            self.put_seconds += PUT_LATENCY_WEIGHT * (time.monotonic() - started - self.put_seconds)
+            self.put_seconds += PUT_LATENCY_WEIGHT * (clock() - started - self.put_seconds)
 
         try:
             try:

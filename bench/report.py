@@ -79,9 +79,9 @@ def rows() -> list[tuple[str, str, str, str]]:
             ),
             (
                 "P4",
-                "object-store PUTs per 1,000 commits on MinIO, at 64 / 256 connections",
-                f"{figures['P4_puts_per_1000_commits_minio_c64']} / "
-                f"{figures['P4_puts_per_1000_commits_minio_c256']}",
+                "object-store PUTs per 1,000 commits on MinIO at saturation (the connection "
+                "count with the most commits/s; at 64 connections in brackets)",
+                _p4(commit),
                 GOALS["P4"],
             ),
             (
@@ -139,6 +139,17 @@ def rows() -> list[tuple[str, str, str, str]]:
             )
         )
     return sorted(found)
+
+
+def _p4(commit: Any) -> str:
+    minio, figures = commit["minio"], commit["figures"]
+    if "saturated_at" not in minio:  # a JSON from before the saturation sweep
+        return f"{figures['P4_puts_per_1000_commits_minio_c64']} at 64 connections"
+    peak = minio["saturated_at"]
+    return (
+        f"{minio['at_saturation']} at {peak} connections, "
+        f"{minio[f'c{peak}_commits_per_s']:,} commits/s ({minio['c64']} at 64)"
+    )
 
 
 def _p7(compaction: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import re
 from typing import Any
 
@@ -30,8 +31,11 @@ def operation_json(op: Operation) -> dict[str, str]:
     return {"type": "range_delete", "begin": _b64(op.begin), "end": _b64(op.end)}
 
 
+@functools.lru_cache(maxsize=256)
 def timestamp(ms: int) -> str:
-    """Milliseconds since the epoch as ``2026-01-01T00:00:00.000Z``."""
+    """Milliseconds since the epoch as ``2026-01-01T00:00:00.000Z``. Cached: the
+    transactions of one batch share their millisecond, and formatting a datetime was 3 % of
+    a gateway worker's time feeding 100 subscribers."""
     moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 

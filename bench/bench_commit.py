@@ -22,7 +22,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from systems import build_loadgen, etcd, load, noop, persister_counters, weaseldb
+from systems import build_loadgen, etcd, load, noop, persister_counters, warn_if_busy, weaseldb
 
 CONNECTIONS = [1, 16, 64, 256]
 #: Connections for the open-loop runs: enough that the generator never waits for one.
@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/commit.json")
     args = parser.parse_args()
     build_loadgen()
+    warn_if_busy()
     runs: dict[str, list[Any]] = {}
     open_loops: dict[str, Any] = {}
     print("WeaselDB (directory store, fsync), etcd (default fsync), no-op POST:", flush=True)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,31 @@ def data_dir(prefix: str) -> Path:
         DATA_ROOT.mkdir(parents=True)
         subprocess.run(["chattr", "+T", str(DATA_ROOT)], capture_output=True, check=False)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=DATA_ROOT))
+
+
+def busy_cores(seconds: float = 2.0) -> float:
+    """How many cores the machine spent outside idle over `seconds` (/proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values), values[3] + values[4]  # all, idle + iowait
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+
+
+def warn_if_busy() -> None:
+    """The ratios are only worth something on a quiet machine: say so when it is not (a
+    kind cluster left up by `make test` alone takes about a quarter of a core)."""
+    busy = busy_cores()
+    if busy > 0.15:
+        print(
+            f"warning: the machine is busy before the benchmark ({busy:.2f} cores); "
+            "results will be noisy (make e2e-cluster-down stops the kind cluster)",
+            flush=True,
+        )
 
 
 def build_loadgen() -> Path:

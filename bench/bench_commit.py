@@ -5,9 +5,12 @@
 
 1. Closed loop at 1, 16, 64 and 256 connections: WeaselDB (directory store, fsync), etcd
    (single member, default fsync) and the no-op POST on the commit route's HTTP stack (the
-   generator's own ceiling and P3's denominator).
-2. Open loop at 50 % of each system's best closed-loop throughput, three runs each (P2:
-   the median run's p99).
+   generator's own ceiling and P3's denominator). The three run side by side (idle, each
+   costs next to nothing) and take turns at every point, so a stretch of host noise (this
+   VM's steal time reached 8 %) falls on all of them, not on whichever ran then. One
+   connection is measured three times in turn; P9 takes each system's median p50.
+2. Open loop at 50 % of each system's best closed-loop throughput, three runs each, taking
+   turns (P2: the median run's p99).
 3. WeaselDB on MinIO at 64, 256 and 512 connections: object-store PUTs per 1,000 commits;
    P4 is the figure at saturation, the connection count that committed the most.
 Writes JSON and a PNG (throughput and latency against connections) next to it.
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,34 +37,63 @@ OPEN_LOOP_CONNECTIONS = 256
 OPEN_LOOP_RUNS = 3
 
 
-def sweep(name: str, address: str, workload: str, seconds: float) -> list[Any]:
-    results = []
+#: One-connection runs per system for P9 (the run with the median p50 counts).
+ONE_CONNECTION_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    address: str
+    workload: str
+
+
+def point(target: Target, connections: int, seconds: float, rate: float = 0) -> Any:
+    result = load(target.address, target.workload, connections, seconds, rate=rate)
+    latency = result["latency_ms"]
+    what = f"open loop at {rate:.0f}/s" if rate else f"c={connections:<4d}"
+    print(
+        f"  {target.name:10s} {what:22s} {result['per_second']:9.0f}/s  "
+        f"p50 {latency.get('p50', 0):7.2f} ms  p99 {latency.get('p99', 0):7.2f} ms  "
+        f"errors {result['errors']}",
+        flush=True,
+    )
+    return result
+
+
+def median_by(runs: list[Any], percentile: str) -> Any:
+    """The run with the median `percentile`, with every run's value as `{percentile}_runs`."""
+    ordered = sorted(runs, key=lambda r: r["latency_ms"][percentile])
+    return {
+        **ordered[len(ordered) // 2],
+        f"{percentile}_runs": [r["latency_ms"][percentile] for r in runs],
+    }
+
+
+def closed_loops(targets: list[Target], seconds: float) -> dict[str, list[Any]]:
+    """Every connection count, the systems taking turns at each; one connection several
+    times, keeping each system's median run."""
+    runs: dict[str, list[Any]] = {t.name: [] for t in targets}
     for connections in CONNECTIONS:
-        result = load(address, workload, connections, seconds)
-        latency = result["latency_ms"]
-        print(
-            f"  {name:8s} c={connections:<4d} {result['per_second']:9.0f}/s  "
-            f"p50 {latency.get('p50', 0):7.2f} ms  p99 {latency.get('p99', 0):7.2f} ms  "
-            f"errors {result['errors']}",
-            flush=True,
-        )
-        results.append(result)
-    return results
+        rounds = ONE_CONNECTION_RUNS if connections == 1 else 1
+        tries: dict[str, list[Any]] = {t.name: [] for t in targets}
+        for _ in range(rounds):
+            for target in targets:
+                tries[target.name].append(point(target, connections, seconds))
+        for name, results in tries.items():
+            runs[name].append(median_by(results, "p50") if rounds > 1 else results[0])
+    return runs
 
 
-def open_loop(name: str, address: str, workload: str, best: float, seconds: float) -> Any:
-    """OPEN_LOOP_RUNS runs at half of `best`; the one with the median p99, with every
-    run's p99 added as `p99_runs`."""
-    rate = round(best / 2)
-    runs = []
+def open_loops(targets: list[Target], runs: dict[str, list[Any]], seconds: float) -> Any:
+    """OPEN_LOOP_RUNS runs of each system at half its best closed-loop rate, taking turns;
+    for each, the run with the median p99 (every run's p99 in `p99_runs`)."""
+    tries: dict[str, list[Any]] = {t.name: [] for t in targets}
     for _ in range(OPEN_LOOP_RUNS):
-        result = load(address, workload, OPEN_LOOP_CONNECTIONS, seconds, rate=rate)
-        latency = result["latency_ms"]
-        print(f"  {name:8s} open loop at {rate}/s: p50 {latency['p50']} ms p99 {latency['p99']} ms")
-        runs.append(result)
-    runs.sort(key=lambda r: r["latency_ms"]["p99"])
-    median = runs[len(runs) // 2]
-    return {**median, "p99_runs": [r["latency_ms"]["p99"] for r in runs]}
+        for target in targets:
+            rate = round(max(r["per_second"] for r in runs[target.name]) / 2)
+            tries[target.name].append(point(target, OPEN_LOOP_CONNECTIONS, seconds, rate))
+    return {name: median_by(results, "p99") for name, results in tries.items()}
 
 
 #: Connection counts of the MinIO runs; the one with the most commits/s is saturation.
@@ -95,7 +128,7 @@ def at(results: list[Any], connections: int) -> Any:
 
 
 def figures(
-    runs: dict[str, list[Any]], open_loops: dict[str, Any], s3: dict[str, float]
+    runs: dict[str, list[Any]], half: dict[str, Any], s3: dict[str, float]
 ) -> dict[str, float]:
     weasel, peer, floor = runs["WeaselDB"], runs["etcd"], runs["no-op POST"]
     return {
@@ -103,7 +136,7 @@ def figures(
             at(weasel, 64)["per_second"] / at(peer, 64)["per_second"], 3
         ),
         "P2_p99_at_half_max_weasel_over_etcd": round(
-            open_loops["WeaselDB"]["latency_ms"]["p99"] / open_loops["etcd"]["latency_ms"]["p99"], 3
+            half["WeaselDB"]["latency_ms"]["p99"] / half["etcd"]["latency_ms"]["p99"], 3
         ),
         "P3_commit_over_noop_at_64": round(
             at(weasel, 64)["per_second"] / at(floor, 64)["per_second"], 3
@@ -153,19 +186,15 @@ def main() -> None:
     args = parser.parse_args()
     build_loadgen()
     warn_if_busy()
-    runs: dict[str, list[Any]] = {}
-    open_loops: dict[str, Any] = {}
     print("WeaselDB (directory store, fsync), etcd (default fsync), no-op POST:", flush=True)
-    for name, system, workload in (
-        ("WeaselDB", weaseldb, "weasel"),
-        ("etcd", etcd, "etcd"),
-        ("no-op POST", noop, "noop"),
-    ):
-        with system() as running:
-            runs[name] = sweep(name, running.address, workload, args.seconds)
-            if name != "no-op POST":
-                best = max(r["per_second"] for r in runs[name])
-                open_loops[name] = open_loop(name, running.address, workload, best, args.seconds)
+    with weaseldb() as weasel, etcd() as peer, noop() as floor:
+        targets = [
+            Target("WeaselDB", weasel.address, "weasel"),
+            Target("etcd", peer.address, "etcd"),
+            Target("no-op POST", floor.address, "noop"),
+        ]
+        runs = closed_loops(targets, args.seconds)
+        half = open_loops(targets[:2], runs, args.seconds)
     print("WeaselDB on MinIO:", flush=True)
     s3 = puts_per_commit(args.seconds)
     summary = {
@@ -173,9 +202,9 @@ def main() -> None:
         "load_generator": "bench/loadgen (Go, one HTTP/1.1 keep-alive connection each)",
         "workload": "point_read + write of one key; 16-byte keys of 100,000; 100-byte values",
         "closed_loop": runs,
-        "open_loop_at_half_max": open_loops,
+        "open_loop_at_half_max": half,
         "minio": s3,
-        "figures": figures(runs, open_loops, s3),
+        "figures": figures(runs, half, s3),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

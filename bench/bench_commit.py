@@ -26,7 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from systems import build_loadgen, etcd, load, noop, persister_counters, warn_if_busy, weaseldb
+from systems import (
+    build_loadgen,
+    etcd,
+    load,
+    noop,
+    persister_counters,
+    stall_samples,
+    stall_summary,
+    warn_if_busy,
+    weaseldb,
+)
 
 CONNECTIONS = [1, 16, 64, 256]
 #: Connections for the open-loop runs: enough that the generator never waits for one.
@@ -46,10 +56,15 @@ class Target:
     name: str
     address: str
     workload: str
+    stalls: bool = False  # a WeaselDB set: record each process's event-loop lag and GC pauses
 
 
 def point(target: Target, connections: int, seconds: float, rate: float = 0) -> Any:
+    port = int(target.address.rsplit(":", 1)[1])
+    before = stall_samples(port) if target.stalls else {}
     result = load(target.address, target.workload, connections, seconds, rate=rate)
+    if target.stalls:
+        result["stalls"] = stall_summary(before, stall_samples(port))
     latency = result["latency_ms"]
     what = f"open loop at {rate:.0f}/s" if rate else f"c={connections:<4d}"
     print(
@@ -58,6 +73,14 @@ def point(target: Target, connections: int, seconds: float, rate: float = 0) -> 
         f"errors {result['errors']}",
         flush=True,
     )
+    if target.stalls:
+        worst = max(result["stalls"].items(), key=lambda item: item[1]["lag_p99_at_most_ms"])
+        pauses = sum(row[f"gc{g}_pauses"] for row in result["stalls"].values() for g in "012")
+        print(
+            f"  {'':10s} event-loop lag p99 <= {worst[1]['lag_p99_at_most_ms']:g} ms "
+            f"(worst: {worst[0]}), {pauses:.0f} GC pauses",
+            flush=True,
+        )
     return result
 
 
@@ -189,7 +212,7 @@ def main() -> None:
     print("WeaselDB (directory store, fsync), etcd (default fsync), no-op POST:", flush=True)
     with weaseldb() as weasel, etcd() as peer, noop() as floor:
         targets = [
-            Target("WeaselDB", weasel.address, "weasel"),
+            Target("WeaselDB", weasel.address, "weasel", stalls=True),
             Target("etcd", peer.address, "etcd"),
             Target("no-op POST", floor.address, "noop"),
         ]

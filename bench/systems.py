@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -181,3 +182,61 @@ def persister_counters(metrics_url: str) -> dict[str, float]:
         for name, value in (line.split(" ", 1) for line in text.splitlines() if " " in line)
         if name in wanted
     }
+
+
+#: The health and metrics ports of a `weaseldb up` set, as offsets from the gateway's.
+STAGE_PORT_OFFSETS = {"gateway": 0, "sequencer": 1, "resolver": 2, "persister": 3}
+#: Fresh connections tried on the gateway's port to reach each of its workers (the kernel
+#: spreads them over the workers that share the port).
+GATEWAY_SCRAPES = 16
+LAG = "weaseldb_event_loop_lag_seconds"
+GC_PAUSE = "weaseldb_gc_pause_seconds"
+
+
+def stall_samples(gateway_port: int) -> dict[str, dict[str, float]]:
+    """Every process's cumulative event-loop lag histogram and GC pause counts and sums
+    (weaseldb/stalls.py), keyed by its `process` label; a sample is keyed by its name and
+    its `le` (lag buckets) or `generation` (GC)."""
+    found: dict[str, dict[str, float]] = {}
+    for stage, offset in STAGE_PORT_OFFSETS.items():
+        for _ in range(GATEWAY_SCRAPES if stage == "gateway" else 1):
+            text = httpx.get(f"http://127.0.0.1:{gateway_port + offset}/metrics").text
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if family.name == LAG:
+                        key = f"{sample.name}:{sample.labels.get('le', '')}"
+                    elif family.name == GC_PAUSE and "le" not in sample.labels:
+                        key = f"{sample.name}:{sample.labels['generation']}"
+                    else:
+                        continue
+                    found.setdefault(sample.labels["process"], {})[key] = sample.value
+    return found
+
+
+def stall_summary(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per process, what happened between two `stall_samples`: how many lag samples, the
+    bound under which 99 % of them fell and how many exceeded 10 ms; GC pauses by
+    generation (count and total ms)."""
+    summary: dict[str, dict[str, float]] = {}
+    for process, now in sorted(after.items()):
+        then = before.get(process, {})
+        delta = {key: value - then.get(key, 0.0) for key, value in now.items()}
+        samples = delta.get(f"{LAG}_count:", 0.0)
+        buckets = sorted(
+            (float(key.split(":")[1]), count)
+            for key, count in delta.items()
+            if key.startswith(f"{LAG}_bucket:")
+        )
+        p99 = next(le for le, count in buckets if count >= 0.99 * samples)
+        row = {
+            "lag_samples": samples,
+            "lag_p99_at_most_ms": p99 * 1000,
+            "lag_over_10ms": samples - delta.get(f"{LAG}_bucket:0.01", 0.0),
+        }
+        for generation in ("0", "1", "2"):
+            row[f"gc{generation}_pauses"] = delta.get(f"{GC_PAUSE}_count:{generation}", 0.0)
+            row[f"gc{generation}_ms"] = round(delta.get(f"{GC_PAUSE}_sum:{generation}", 0) * 1e3, 2)
+        summary[process] = row
+    return summary

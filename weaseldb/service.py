@@ -22,11 +22,28 @@ from typing import Any, Protocol, cast
 import orjson
 import uvicorn
 from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from weaseldb import stalls
+
 log = logging.getLogger("weaseldb")
+
+#: Both carry the process's name (`gateway-0`, `sequencer`, ...): the gateway's workers
+#: share one port, and this says which of them answered a scrape.
+EVENT_LOOP_LAG = Histogram(
+    "weaseldb_event_loop_lag_seconds",
+    f"How late a timer due every {stalls.LAG_INTERVAL_S} s ran on this process's event loop",
+    ["process"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+GC_PAUSE = Histogram(
+    "weaseldb_gc_pause_seconds",
+    "Garbage-collector pauses of this process, by generation",
+    ["process", "generation"],
+    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
+)
 
 
 @dataclass
@@ -257,11 +274,21 @@ async def run_stage(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stage.on_signal)
     http = asyncio.create_task(server.serve(), name=f"{name}-http")
+    # Made before the callback is in: the collector may run in the middle of any
+    # allocation, including one inside `labels()` while it holds the metric's lock.
+    pause_of = [GC_PAUSE.labels(name, str(generation)) for generation in range(3)]
+    gc_pauses = stalls.GcPauses(lambda generation, s: pause_of[generation].observe(s))
+    gc_pauses.install()
+    lag_of = EVENT_LOOP_LAG.labels(name).observe
+    lag = asyncio.create_task(stalls.watch_event_loop(lag_of), name=f"{name}-lag")
     try:
         code = await stage.run(server)
     except Exception:
         log.exception("%s: stage failed", name)
         code = 1
+    finally:
+        lag.cancel()
+        gc_pauses.uninstall()
     server.stop()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(http, timeout=5)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cluster import ProcessSet
+from tests.support.cluster import ProcessSet, metric
 
 
 def b64(data: bytes) -> str:
@@ -235,5 +235,9 @@ def test_every_service_has_health_readiness_and_metrics(weasel: ProcessSet) -> N
         assert httpx.get(f"{base}/readyz").status_code == 200, name
         metrics = httpx.get(f"{base}/metrics").text
         assert "weaseldb_" in metrics, name
+        # Every stage samples its event loop's lag from the start (a timer each 0.1 s).
+        process = '{process="%s"}' % ("gateway-0" if name == "gateway" else name)
+        assert metric(base, "weaseldb_event_loop_lag_seconds_count", process) > 0, name
+        assert "weaseldb_gc_pause_seconds_bucket" in metrics, name
     persister_metrics = httpx.get(f"http://127.0.0.1:{weasel.port + 3}/metrics").text
     assert "weaseldb_committed_version" in persister_metrics

@@ -194,16 +194,19 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
         ring.close()
 
 
-#: Allocations between two young-generation collections (CPython's default is 700).
-GC_YOUNG_THRESHOLD = 50_000
+#: Allocations between two young-generation collections (CPython's default is 700). A
+#: young collection's pause grows with it, ~150 ns per object here: 50,000 made pauses of
+#: 8 ms (median) to 20 ms in a gateway worker, which every request queued there waited
+#: out; 5,000 makes them 0.7 ms (p90 1.7 ms) for 1.5x the collector's CPU (still ~0.1 %
+#: of a core). docs/architecture.md, "Event-loop lag and collector pauses".
+GC_YOUNG_THRESHOLD = 5_000
 
 
 def quiet_garbage_collector() -> None:
     """Everything built at start (modules, apps, tables) lives as long as the process:
-    freezing it keeps every later collection from walking it again, and a larger young
-    generation makes collections rarer. Per commit the hot path makes short-lived objects
-    only, which reference counting frees, so this trades a little memory for fewer pauses
-    in the latency tail."""
+    freezing it keeps every later collection from walking it again. Per commit the hot
+    path makes short-lived objects, which reference counting frees; a young generation of
+    GC_YOUNG_THRESHOLD keeps the collections that remain both rare and short."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)

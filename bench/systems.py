@@ -26,7 +26,7 @@ from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # 
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
 from tests.support.waiting import http_ok, stop_process, wait_for  # noqa: E402
 from weaseldb import config  # noqa: E402
-from weaseldb.cli import gateway_for_host  # noqa: E402
+from weaseldb.cli import STAGES, gateway_for_host  # noqa: E402
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 LOADGEN = TOOLS / "loadgen"
@@ -184,8 +184,6 @@ def persister_counters(metrics_url: str) -> dict[str, float]:
     }
 
 
-#: The health and metrics ports of a `weaseldb up` set, as offsets from the gateway's.
-STAGE_PORT_OFFSETS = {"gateway": 0, "sequencer": 1, "resolver": 2, "persister": 3}
 #: Fresh connections tried on the gateway's port to reach each of its workers (the kernel
 #: spreads them over the workers that share the port).
 GATEWAY_SCRAPES = 16
@@ -198,7 +196,7 @@ def stall_samples(gateway_port: int) -> dict[str, dict[str, float]]:
     (weaseldb/stalls.py), keyed by its `process` label; a sample is keyed by its name and
     its `le` (lag buckets) or `generation` (GC)."""
     found: dict[str, dict[str, float]] = {}
-    for stage, offset in STAGE_PORT_OFFSETS.items():
+    for offset, stage in enumerate(STAGES):  # `weaseldb up --port` gives them in this order
         for _ in range(GATEWAY_SCRAPES if stage == "gateway" else 1):
             text = httpx.get(f"http://127.0.0.1:{gateway_port + offset}/metrics").text
             for family in text_string_to_metric_families(text):

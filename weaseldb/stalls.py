@@ -11,9 +11,9 @@ stage's wiring in `weaseldb.service` makes them Prometheus histograms):
   due. The timer samples the loop, so a stall shorter than `interval` is caught in
   proportion to its length, the same way it delays the requests that arrive during it.
 - **Garbage-collector pauses**: the time between the collector's start and stop
-  callbacks, by generation. The stages freeze what they build at start and use a large
-  young generation (`weaseldb.cli.quiet_garbage_collector`), so these should be rare and
-  short; this shows whether they are.
+  callbacks, by generation. The stages freeze what they build at start and size the
+  young generation (`weaseldb.cli.quiet_garbage_collector`) so that these stay rare and
+  short; this shows whether they do.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ def test_each_collection_is_observed_once_with_its_generation() -> None:
     recorder = GcPauses(lambda generation, seconds: pauses.append((generation, seconds)))
     recorder.install()
     recorder.install()  # installing twice still observes each pause once
+    assert gc.callbacks.count(recorder) == 1
     try:
         gc.collect(1)
         gc.collect(2)

@@ -14,7 +14,10 @@ docs/architecture.md, "Idempotency and the request-id index").
   front, so a lookup reads the header (cacheable: segments never change) and one bucket with
   a ranged GET. The header also records the segment's versions (to skip segments outside a
   lookup's range) and the newest valid term up to `newest` (a validity seed: the batches
-  after a segment are read starting from it).
+  after a segment are read starting from it), the time of its newest entry and the
+  idempotency settings of the leader that wrote it (`Promise`): garbage collection keeps
+  every segment a new term's window reads (`window_loaded`), whether its batches remain
+  or not.
 """
 
 from __future__ import annotations

@@ -285,7 +285,8 @@ async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: 
     """The newest segments' entries, oldest first, until they hold the exact window (the
     newest `request_id_memory` ids and every id of the last `request_id_window_s`) and then
     `request_id_memory` ids older than both, for the sequencer's faded set (or until
-    `request_id_max` + `request_id_memory` ids in all)."""
+    `request_id_max` + `request_id_memory` ids in all): `requestids.window_loaded`, the
+    rule garbage collection keeps segments by (weaseldb/gc.py, `WindowTally`)."""
     promise = requestids.Promise.of(idempotency)
     cutoff = now_ms - promise.window_ms
 

@@ -88,11 +88,11 @@ def test_history_racing_gc_is_complete_or_truncated_never_gapped(
         try:
             await write_log(store, batches)
             reader = _GcDuring(store, operation, prefix, nth, _gc_through(store, batches, cut))
-            if (await history.retained_start(reader)) > AFTER + 1:  # type: ignore[arg-type]
+            if (await history.retained_start(reader)) > AFTER + 1:
                 return [], [], True  # the 410 answer
             got: list[tuple[int, int]] = []
             try:
-                async for prev, _, tx in history.log_after(reader, AFTER):  # type: ignore[arg-type]
+                async for prev, _, tx in history.log_after(reader, AFTER):
                     got.append((prev, tx.version))
             except LogTruncated:
                 return [v for _, v in got], [p for p, _ in got], True

@@ -175,9 +175,10 @@ class DirectoryStore:
         """Make durable what another writer put under `prefix` (a directory such as a
         snapshot run's, written by Spark through Hadoop's local file system, which never
         fsyncs): see `fsync_tree`. Returns how many files and directories were synced."""
-        top = self.root / prefix.strip("/")
-        if self.root not in top.parents:
+        name = prefix.strip("/")
+        if not name or ".." in name.split("/"):
             raise ValueError(f"invalid prefix {prefix!r}")
+        top = self.root / name
         return await self._run(fsync_tree, top, self.root)
 
     async def close(self) -> None:

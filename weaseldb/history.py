@@ -91,11 +91,17 @@ async def log_after(
     start = await logstart.newest(store)
     while True:
         _check_retained(start, last)
-        async for prev, leader_id, tx in _log_from(store, start, last):
-            yield prev, leader_id, tx
-            last = tx.version
+        missing: NotFound | None = None
+        try:
+            async for prev, leader_id, tx in _log_from(store, start, last):
+                yield prev, leader_id, tx
+                last = tx.version
+        except NotFound as e:  # a listed batch is gone: GC, or something worse
+            missing = e
         moved = await logstart.newest(store)
         if moved == start:
+            if missing is not None:
+                raise missing  # not GC (it writes its marker first): never skip it
             return
         start = moved
 
@@ -111,19 +117,15 @@ def _check_retained(start: logstart.LogStart | None, after: int) -> None:
 async def _log_from(
     store: BlobStore, start: logstart.LogStart | None, after: int
 ) -> AsyncIterator[tuple[int, str, batchfile.Transaction]]:
-    """log_after's walk from one log start; it ends early, with nothing skipped, at a batch
-    GC deleted after it was listed."""
+    """log_after's walk from one log start (NotFound for a batch deleted after the LIST)."""
     prev: int | None = None
-    try:
-        async for batch in valid_batches(store, GENESIS if start is None else start.seed):
-            if prev is None:
-                prev = batch.first_version - 1
-            if batch.last_version <= after:
-                prev = batch.last_version
-                continue
-            for tx in batch.transactions:
-                if tx.version > after:
-                    yield prev, batch.leader_id, tx
-                prev = tx.version
-    except NotFound:
-        return  # log_after looks at the log start again
+    async for batch in valid_batches(store, GENESIS if start is None else start.seed):
+        if prev is None:
+            prev = batch.first_version - 1
+        if batch.last_version <= after:
+            prev = batch.last_version
+            continue
+        for tx in batch.transactions:
+            if tx.version > after:
+                yield prev, batch.leader_id, tx
+            prev = tx.version

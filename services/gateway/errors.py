@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import Send
 
+from services.gateway.retention import BelowLogStart
 from weaseldb.errors import (
     BadRequest,
     CommitUnknown,
@@ -57,6 +58,7 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
     TooLarge: HttpAnswer(413, "too_large"),
     NotFound: HttpAnswer(404, "not_found"),
     MethodNotAllowed: HttpAnswer(405, "method_not_allowed"),
+    BelowLogStart: HttpAnswer(409, "log_truncated"),
     Conflict: HttpAnswer(409, "conflict"),
     LeaderChanged: HttpAnswer(409, "leader_changed"),
     LogTruncated: HttpAnswer(410, "log_truncated"),

@@ -238,7 +238,10 @@ RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/retention/{policy_id}", "put"): {
         "200": _ok("Policy"),
         "400": BAD,
-        "409": _error("conflict: the stored version is higher (it is in the body)"),
+        "409": _error(
+            "conflict: the stored version is higher (it is in the body); log_truncated: the "
+            "version is below the oldest retained one (oldest_version)"
+        ),
         "413": _error("too_large"),
         "503": UNAVAILABLE,
     },

@@ -33,7 +33,9 @@ class BlobStore(Protocol):
     async def put_if_absent(self, key: str, data: bytes) -> None: ...
 
     async def put(self, key: str, data: bytes) -> None:
-        """Unconditional overwrite; used only for mutable documents (retention policies)."""
+        """Unconditional overwrite, for a mutable document. Nothing shared by several writers
+        may use it: two racing read-modify-writes lose one (retention policies are
+        create-only documents instead, services/gateway/retention_api.py)."""
         ...
 
     async def get(self, key: str) -> bytes: ...

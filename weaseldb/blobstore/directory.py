@@ -72,6 +72,35 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def fsync_tree(top: Path, root: Path) -> int:
+    """fsync every file and directory under `top` (each directory after what it holds), then
+    every directory from `top`'s parent up to `root` (`top` must be below it), so each name
+    on the way is durable too. Returns the number of files and directories synced."""
+    synced = 0
+    for directory, _, files in os.walk(top, topdown=False, onerror=_raise):
+        for name in files:
+            _fsync_path(os.path.join(directory, name), os.O_RDONLY)
+        _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
+        synced += len(files) + 1
+    while top != root:
+        top = top.parent
+        _fsync_path(top, os.O_RDONLY | os.O_DIRECTORY)
+        synced += 1
+    return synced
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _fsync_path(path: str | Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _is_number(name: str) -> bool:
     return len(name) == 20 and name.isdigit()
 
@@ -142,6 +171,16 @@ class DirectoryStore:
     async def delete(self, key: str) -> None:
         await self._run(self._delete, self._path(key))
 
+    async def sync_tree(self, prefix: str) -> int:
+        """Make durable what another writer put under `prefix` (a directory such as a
+        snapshot run's, written by Spark through Hadoop's local file system, which never
+        fsyncs): see `fsync_tree`. Returns how many files and directories were synced."""
+        name = prefix.strip("/")
+        if not name or ".." in name.split("/"):
+            raise ValueError(f"invalid prefix {prefix!r}")
+        top = self.root / name
+        return await self._run(fsync_tree, top, self.root)
+
     async def close(self) -> None:
         self._closed = True
         self._pool.shutdown(wait=True)
@@ -180,11 +219,7 @@ class DirectoryStore:
 
     @staticmethod
     def _fsync_dir(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
     def _put_if_absent(self, path: Path, data: bytes) -> None:
         if self._unnamed_files:

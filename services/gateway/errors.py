@@ -2,7 +2,9 @@
 
 `TABLE` maps the error tree of weaseldb.errors to HTTP, matched along each error's class
 hierarchy (like Starlette's exception handlers), so an error class added later lands on its
-nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``.
+nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``,
+with ``"reason"`` where the client can act on the cause (``store_full``, ``overloaded``:
+set by the answer's row here or by the error's own fields).
 Anything outside the tree is a bug: 500, and its traceback is logged.
 """
 
@@ -31,6 +33,7 @@ from weaseldb.errors import (
     NotLeader,
     RequestError,
     StoreError,
+    StoreFull,
     TooLarge,
     Unavailable,
     WeaselError,
@@ -46,6 +49,7 @@ RETRY_AFTER = "1"
 class HttpAnswer:
     status: int
     code: str
+    reason: str = ""  # the body's "reason", unless the error names its own
 
     @property
     def retry(self) -> bool:
@@ -63,6 +67,7 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
     RequestError: HttpAnswer(400, "bad_request"),
     NotLeader: HttpAnswer(503, "not_leader"),
     CommitUnknown: HttpAnswer(503, "commit_unknown"),
+    StoreFull: HttpAnswer(503, "store_unavailable", reason="store_full"),
     StoreError: HttpAnswer(503, "store_unavailable"),
     Unavailable: HttpAnswer(503, "unavailable"),
 }
@@ -92,7 +97,8 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
         headers.append((b"retry-after", RETRY_AFTER.encode()))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
-    return answer.status, _body(code, error.message, **error.extra), headers
+    extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
+    return answer.status, _body(code, error.message, **extra), headers
 
 
 def _body(code: str, message: str, **extra: Any) -> bytes:

@@ -52,7 +52,8 @@ class StatusLookups:
         try:
             reply = await client.submit(StatusEntry(client.worker, ticket, request_id), ticket)
         except PipelineUnavailable as e:
-            raise NotLeader(f"status unknown: {e}", request_id=request_id) from e
+            extra = {"reason": e.code} if e.code else {}
+            raise NotLeader(f"status unknown: {e}", request_id=request_id, **extra) from e
         if not isinstance(reply, StatusReply) or reply.stale:
             # Banned by the sequencer of a term that has ended (its ban may be lost).
             raise NotLeader("the lookup crossed a change of term; ask again", request_id=request_id)

@@ -41,6 +41,8 @@ from weaseldb.errors import (
 
 JSON = "application/json"
 log = logging.getLogger("weaseldb.gateway")
+#: The body's "reason" when the store refuses writes for space or quota.
+STORE_FULL = "store_full"
 #: Seconds a client should wait before it tries a 503 again.
 RETRY_AFTER = "1"
 
@@ -67,7 +69,7 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
     RequestError: HttpAnswer(400, "bad_request"),
     NotLeader: HttpAnswer(503, "not_leader"),
     CommitUnknown: HttpAnswer(503, "commit_unknown"),
-    StoreFull: HttpAnswer(503, "store_unavailable", reason="store_full"),
+    StoreFull: HttpAnswer(503, "store_unavailable", reason=STORE_FULL),
     StoreError: HttpAnswer(503, "store_unavailable"),
     Unavailable: HttpAnswer(503, "unavailable"),
 }
@@ -90,14 +92,15 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
         log.error("unexpected error serving a request", exc_info=error)
         return answer.status, _body("internal", f"internal error: {type(error).__name__}"), headers
     assert isinstance(error, WeaselError)
-    if answer.status == 503:
+    extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
+    # A full store can refuse thousands of requests a second; the persister logs it once.
+    if answer.status == 503 and extra.get("reason") != STORE_FULL:
         log.warning("503 %s: %s", answer.code, error.message)
     code = error.code if isinstance(error, BadRequest) else answer.code
     if answer.retry:
         headers.append((b"retry-after", RETRY_AFTER.encode()))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
-    extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
     return answer.status, _body(code, error.message, **extra), headers
 
 

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.gateway.errors import STORE_FULL
 from weaseldb.protocol import (
     AcceptedEvents,
     CommitReply,
@@ -44,7 +45,6 @@ from weaseldb.versioncell import VersionCell
 log = logging.getLogger("weaseldb.gateway")
 
 Reply = CommitReply | StatusReply
-STORE_FULL = "store_full"
 STORE_FULL_REASON = "the store is full: it refuses writes for space or quota"
 
 

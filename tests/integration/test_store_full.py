@@ -1,0 +1,131 @@
+"""A full store under load (docs/architecture.md, "When the store is full"): a real
+`weaseldb up` set whose store fills up while clients commit stays up, refuses commits with
+503 `"reason": "store_full"`, keeps answering reads and metrics, says so once in its log,
+and takes commits again within seconds of space coming back, with every acknowledged
+commit in the log exactly once. Once on a directory store on a small tmpfs, once on MinIO
+whose data directory is on one (it answers 507 XMinioStorageFull)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cluster import ProcessSet, free_port_block, metric
+from tests.support.histories import Workload, assert_history_is_clean, retried
+from tests.support.minio import MinioServer
+from tests.support.tmpfs import SmallFilesystem, can_mount, small_filesystem
+from tests.support.waiting import wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root"),
+]
+#: Seconds within which commits must resume once space is back (the probe is every 1 s).
+RESUME_S = 5.0
+#: How long the store stays full under load before space comes back.
+FULL_FOR_S = 4.0
+STORE_FULL_LINE = "the store is full"
+
+
+def commit_body(n: int) -> dict[str, object]:
+    return {
+        "request_id": f"full-probe-{n:012d}",
+        "operations": [{"type": "write", "key": "cHJvYmU=", "value": "eA=="}],
+    }
+
+
+def refused_for_space(url: str) -> dict[str, object] | None:
+    """A commit's 503 body when it names the full store, else None."""
+    probe = httpx.post(f"{url}/v1/commit", json=commit_body(time.monotonic_ns()), timeout=30)
+    if probe.status_code != 503:
+        return None
+    body: dict[str, object] = probe.json()
+    return body if body.get("reason") == "store_full" else None
+
+
+def persister_url(cluster: ProcessSet) -> str:
+    return f"http://127.0.0.1:{cluster.port + 3}"  # weaseldb.cli.STAGES order
+
+
+def run_through_a_full_store(cluster: ProcessSet, fs: SmallFilesystem) -> None:
+    """Load, fill the file system, check the answers while full, free it, check it
+    resumes and the history holds."""
+    url = cluster.url
+    workload = Workload(url, clients=8).start()
+    try:
+        wait_for(lambda: workload.count("committed") >= 150, 60, "150 commits")
+        fs.fill()
+        full_at = time.monotonic()
+        seen: list[dict[str, object]] = []
+
+        def refused() -> bool:
+            body = refused_for_space(url)
+            if body is not None:
+                seen.append(body)
+            return bool(seen)
+
+        wait_for(refused, 15, "a commit refused with reason store_full")
+        assert seen[0]["error"] in ("not_leader", "commit_unknown"), seen[0]
+        while time.monotonic() - full_at < FULL_FOR_S:
+            assert cluster.process is not None and cluster.process.poll() is None, cluster.log()
+            version = httpx.get(f"{url}/v1/version", timeout=10)
+            assert version.status_code == 200, version.text
+            assert httpx.get(f"{url}/metrics", timeout=10).status_code == 200
+            assert metric(persister_url(cluster), "weaseldb_store_full") == 1
+            time.sleep(0.5)
+        committed_while_full = workload.count("committed")
+        fs.free()
+        freed_at = time.monotonic()
+        wait_for(
+            lambda: workload.count("committed") > committed_while_full + 20,
+            RESUME_S,
+            "commits to resume once space is back",
+        )
+        resumed_s = time.monotonic() - freed_at
+        print(f"commits resumed {resumed_s:.2f} s after space came back")
+        assert metric(persister_url(cluster), "weaseldb_store_full") == 0
+    finally:
+        workload.stop()
+    retries = retried(url, workload)
+    assert_history_is_clean(url, workload, retries, min_committed=150)
+    assert cluster.log_path is not None
+    log = cluster.log_path.read_text(errors="replace")
+    assert log.count(STORE_FULL_LINE) == 1, "one line per episode, not one per request"
+    assert "Traceback" not in log, log[-5000:]
+
+
+@pytest.fixture
+def tmpfs_data(tmp_path: Path) -> Iterator[SmallFilesystem]:
+    # A first term writes ~1,000 fence batches (a 4 KiB page each on tmpfs).
+    with small_filesystem(tmp_path / "data", 24) as fs:
+        yield fs
+
+
+def test_a_full_directory_store_refuses_commits_and_resumes_by_itself(
+    tmpfs_data: SmallFilesystem, run_dir: Path
+) -> None:
+    cluster = ProcessSet(f"dir:{tmpfs_data.path}", free_port_block(), run_dir).start()
+    try:
+        run_through_a_full_store(cluster, tmpfs_data)
+    finally:
+        assert cluster.stop() == 0, cluster.log()
+
+
+def test_a_full_minio_refuses_commits_and_resumes_by_itself(
+    minio: MinioServer, tmp_path: Path, run_dir: Path
+) -> None:
+    with small_filesystem(tmp_path / "minio", 96) as fs:
+        own = MinioServer(minio.binary, data_dir=fs.path / "data").start()
+        try:
+            store = own.store_url(own.new_bucket())
+            cluster = ProcessSet(store, free_port_block(), run_dir).start()
+            try:
+                run_through_a_full_store(cluster, fs)
+            finally:
+                assert cluster.stop() == 0, cluster.log()
+        finally:
+            own.stop()

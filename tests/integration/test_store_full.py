@@ -7,6 +7,8 @@ whose data directory is on one (it answers 507 XMinioStorageFull)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +131,23 @@ def test_a_full_minio_refuses_commits_and_resumes_by_itself(
                 assert cluster.stop() == 0, cluster.log()
         finally:
             own.stop()
+
+
+def test_compact_with_gc_on_a_full_store_fails_with_a_clear_error(
+    tmpfs_data: SmallFilesystem, run_dir: Path
+) -> None:
+    """No traceback and nothing published: the run's first write is refused for space."""
+    cluster = ProcessSet(f"dir:{tmpfs_data.path}", free_port_block(), run_dir).start()
+    for n in range(20):
+        assert httpx.post(f"{cluster.url}/v1/commit", json=commit_body(n)).status_code == 200
+    assert cluster.stop() == 0, cluster.log()
+    tmpfs_data.fill()
+    result = subprocess.run(
+        [sys.executable, "-m", "weaseldb.cli", "compact", "--data-dir", str(tmpfs_data.path),
+         "--gc"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "weaseldb: the store is full: nothing was published" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert not list(tmpfs_data.path.glob("snapshots/*.manifest"))

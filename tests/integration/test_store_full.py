@@ -49,6 +49,15 @@ def refused_for_space(url: str) -> dict[str, object] | None:
     return body if body.get("reason") == "store_full" else None
 
 
+def assert_reads_answer_while_full(url: str) -> None:
+    """The change stream opens; a status lookup, which must make its ban durable before
+    it can answer, is refused like a commit: at once, with the reason."""
+    with httpx.stream("GET", f"{url}/v1/subscribe", params={"after": "1"}, timeout=10) as s:
+        assert s.status_code == 200
+    status = httpx.get(f"{url}/v1/status", params={"request_id": "full-unknown"}, timeout=10)
+    assert status.status_code == 503 and status.json()["reason"] == "store_full", status.text
+
+
 def persister_url(cluster: ProcessSet) -> str:
     return f"http://127.0.0.1:{cluster.port + 3}"  # weaseldb.cli.STAGES order
 
@@ -72,6 +81,7 @@ def run_through_a_full_store(cluster: ProcessSet, fs: SmallFilesystem) -> None:
 
         wait_for(refused, 15, "a commit refused with reason store_full")
         assert seen[0]["error"] in ("not_leader", "commit_unknown"), seen[0]
+        assert_reads_answer_while_full(url)
         while time.monotonic() - full_at < FULL_FOR_S:
             assert cluster.process is not None and cluster.process.poll() is None, cluster.log()
             version = httpx.get(f"{url}/v1/version", timeout=10)
@@ -131,6 +141,39 @@ def test_a_full_minio_refuses_commits_and_resumes_by_itself(
                 assert cluster.stop() == 0, cluster.log()
         finally:
             own.stop()
+
+
+def test_a_set_started_on_a_full_store_waits_for_space_instead_of_exiting(
+    tmpfs_data: SmallFilesystem, run_dir: Path
+) -> None:
+    """A restart while the store is full (a pod rescheduled, a crash): the persister cannot
+    claim a term, so the set is not ready, but it stays up and leads by itself once space
+    is back, instead of exiting (a crash loop under Kubernetes)."""
+    port = free_port_block()
+    cluster = ProcessSet(f"dir:{tmpfs_data.path}", port, run_dir).start()
+    versions = [
+        httpx.post(f"{cluster.url}/v1/commit", json=commit_body(n)).json()["version"]
+        for n in range(20)
+    ]
+    cluster.kill()
+    tmpfs_data.fill()
+    restarted = ProcessSet(f"dir:{tmpfs_data.path}", port, run_dir)
+    with pytest.raises(TimeoutError):
+        restarted.start(timeout=6)
+    assert restarted.process is not None and restarted.process.poll() is None
+    readiness = httpx.get(f"{persister_url(restarted)}/readyz").json()
+    assert readiness["store_full"] is True and "the store is full" in readiness["reason"]
+    tmpfs_data.free()
+    freed_at = time.monotonic()
+    restarted.wait_ready(RESUME_S)
+    print(f"ready {time.monotonic() - freed_at:.2f} s after space came back")
+    try:
+        answer = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(99)).json()
+        assert (answer["status"], answer["version"]) == ("committed", versions[-1] + 1), answer
+        again = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(3)).json()
+        assert (again["status"], again["version"]) == ("committed", versions[3]), again
+    finally:
+        assert restarted.stop() == 0, restarted.log()
 
 
 def test_compact_with_gc_on_a_full_store_fails_with_a_clear_error(

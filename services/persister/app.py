@@ -189,7 +189,7 @@ class PersisterStage:
                     return 0
                 renewing = False
                 continue
-            self._fullness.landed("opening a term")
+            self._fullness.term_opened()
             if term is None:
                 return 0  # stopped while standby
             code = await self._serve(term, first=not renewing)

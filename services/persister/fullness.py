@@ -57,6 +57,17 @@ class Fullness:
             return
         self._waiting.discard(what)
         if not self.full:
-            log.warning("the store takes writes again: commits resume")
-            STORE_FULL.set(0)
-            self._on_change(False)
+            self._cleared()
+
+    def term_opened(self) -> None:
+        """A term opened, so its writes landed, and the last term's writers are gone (it
+        drained or this process restarted): a segment that was refused under the last term
+        must not hold commits back in this one, whose writer has nothing due yet."""
+        if self.full:
+            self._waiting.clear()
+            self._cleared()
+
+    def _cleared(self) -> None:
+        log.warning("the store takes writes again: commits resume")
+        STORE_FULL.set(0)
+        self._on_change(False)

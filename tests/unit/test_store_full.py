@@ -176,3 +176,14 @@ def test_fullness_reports_changes_once() -> None:
     fullness.landed("b")
     fullness.landed("b")
     assert changes == [True, False] and not fullness.full
+
+
+def test_a_term_that_opens_clears_what_the_last_one_left_waiting() -> None:
+    """A segment refused under the last term has no writer any more: the new term's
+    writes landed, so the store takes writes and commits must not stay refused."""
+    changes: list[bool] = []
+    fullness = Fullness(changes.append)
+    fullness.refused("request-id index", StoreFull("requestids/x: No space left on device"))
+    fullness.term_opened()
+    fullness.term_opened()
+    assert changes == [True, False] and not fullness.full

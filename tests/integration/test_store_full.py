@@ -50,12 +50,15 @@ def refused_for_space(url: str) -> dict[str, object] | None:
 
 
 def assert_reads_answer_while_full(url: str) -> None:
-    """The change stream opens; a status lookup, which must make its ban durable before
-    it can answer, is refused like a commit: at once, with the reason."""
+    """The change stream opens; a status lookup of an id the index does not hold as
+    committed, which must make its ban durable before it can answer, is refused like a
+    commit: at once, with the reason. So is a retention-policy write."""
     with httpx.stream("GET", f"{url}/v1/subscribe", params={"after": "1"}, timeout=10) as s:
         assert s.status_code == 200
     status = httpx.get(f"{url}/v1/status", params={"request_id": "full-unknown"}, timeout=10)
     assert status.status_code == 503 and status.json()["reason"] == "store_full", status.text
+    policy = httpx.put(f"{url}/v1/retention/full", json={"version": 1}, timeout=10)
+    assert policy.status_code == 503 and policy.json()["reason"] == "store_full", policy.text
 
 
 def persister_url(cluster: ProcessSet) -> str:
@@ -172,6 +175,16 @@ def test_a_set_started_on_a_full_store_waits_for_space_instead_of_exiting(
         assert (answer["status"], answer["version"]) == ("committed", versions[-1] + 1), answer
         again = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(3)).json()
         assert (again["status"], again["version"]) == ("committed", versions[3]), again
+        # Full again: a lookup of a commit the index holds (the term's first segment covers
+        # the last term) is still answered; one that needs a ban is refused.
+        tmpfs_data.fill()
+        wait_for(lambda: refused_for_space(restarted.url) is not None, 15, "a full store")
+        lookup = httpx.get(
+            f"{restarted.url}/v1/status", params={"request_id": commit_body(3)["request_id"]}
+        )
+        assert lookup.status_code == 200, lookup.text
+        assert (lookup.json()["status"], lookup.json()["version"]) == ("committed", versions[3])
+        tmpfs_data.free()
     finally:
         assert restarted.stop() == 0, restarted.log()
 

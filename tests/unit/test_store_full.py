@@ -6,6 +6,7 @@ store out instead of giving up its term."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from services.persister.release import Slot
 from tests.support.tmpfs import SmallFilesystem, can_mount, small_filesystem
 from weaseldb import layout, recovery
 from weaseldb.blobstore import NotFound, StoreFull, TransientError
-from weaseldb.blobstore.directory import DirectoryStore
+from weaseldb.blobstore.directory import SPARE_FILES, DirectoryStore
 from weaseldb.blobstore.s3 import _translate
 from weaseldb.config import PersisterConfig
 from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
@@ -87,6 +88,33 @@ def test_a_write_with_room_for_part_of_it_leaves_no_torn_object(
 
     asyncio.run(scenario())
     assert leftovers(full_fs.path) == ["db/batches/first"]
+
+
+@needs_mount
+def test_failed_writes_use_up_no_spare_files_nor_descriptors(full_fs: SmallFilesystem) -> None:
+    """Each failed write closes the unnamed file it took (its pages go with it); no
+    descriptor is left open however long the store stays full."""
+
+    async def scenario() -> tuple[int, int, int]:
+        store = DirectoryStore(full_fs.path / "db")
+        await store.put_if_absent("batches/first", b"x")
+        await asyncio.sleep(0.2)  # the spare files are made in a pool thread
+        open_before = len(os.listdir("/proc/self/fd"))
+        full_fs.fill()
+        for n in range(3 * SPARE_FILES):
+            with pytest.raises(StoreFull):
+                await store.put_if_absent(f"batches/{n}", SMALL)
+        open_after = len(os.listdir("/proc/self/fd"))
+        full_fs.free()
+        await store.put_if_absent("batches/again", SMALL)
+        await asyncio.sleep(0.2)
+        spares = len(store._spare_files)
+        await store.close()
+        return open_before, open_after, spares
+
+    before, after, spares = asyncio.run(scenario())
+    assert after <= before
+    assert spares == SPARE_FILES  # refilled once writes succeed again
 
 
 def client_error(status: int, code: str) -> ClientError:

@@ -33,9 +33,13 @@ FULL_FOR_S = 4.0
 STORE_FULL_LINE = "the store is full"
 
 
+def request_id(n: int) -> str:
+    return f"full-probe-{n:012d}"
+
+
 def commit_body(n: int) -> dict[str, object]:
     return {
-        "request_id": f"full-probe-{n:012d}",
+        "request_id": request_id(n),
         "operations": [{"type": "write", "key": "cHJvYmU=", "value": "eA=="}],
     }
 
@@ -176,12 +180,10 @@ def test_a_set_started_on_a_full_store_waits_for_space_instead_of_exiting(
         again = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(3)).json()
         assert (again["status"], again["version"]) == ("committed", versions[3]), again
         # Full again: a lookup of a commit the index holds (the term's first segment covers
-        # the last term) is still answered; one that needs a ban is refused.
+        # the last term) is still answered.
         tmpfs_data.fill()
         wait_for(lambda: refused_for_space(restarted.url) is not None, 15, "a full store")
-        lookup = httpx.get(
-            f"{restarted.url}/v1/status", params={"request_id": commit_body(3)["request_id"]}
-        )
+        lookup = httpx.get(f"{restarted.url}/v1/status", params={"request_id": request_id(3)})
         assert lookup.status_code == 200, lookup.text
         assert (lookup.json()["status"], lookup.json()["version"]) == ("committed", versions[3])
         tmpfs_data.free()

@@ -3,7 +3,8 @@
 Every implementation honours the same contract, checked by one shared test suite:
 - `put_if_absent` is create-only: it either stores the whole object durably or raises
   `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`,
-  a missing key `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
+  a write refused for space or quota `StoreFull` (leaving nothing behind), a missing key
+  `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
 - `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
 """
 
@@ -12,13 +13,14 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from weaseldb.errors import AlreadyExists, NotFound, StoreError, TransientError
+from weaseldb.errors import AlreadyExists, NotFound, StoreError, StoreFull, TransientError
 
 __all__ = [
     "AlreadyExists",
     "BlobError",
     "BlobStore",
     "NotFound",
+    "StoreFull",
     "TransientError",
     "list_all",
     "open_store",

@@ -21,6 +21,7 @@ of its nearest ancestor instead of falling through to a 500.
     │   ├── StoreError          the object store failed
     │   │   ├── TransientError  ... retryably (5xx, 409 conflict on a conditional write, I/O)
     │   │   ├── StoreUnavailable ... beyond the retry budget
+    │   │   ├── StoreFull       ... a write refused for space or quota (retried until it lands)
     │   │   └── CorruptObject   ... an object failed its format or checksum check
     └── AlreadyExists           a create-only write found the key taken (never an answer)
 """
@@ -110,6 +111,12 @@ class TransientError(StoreError):
 
 class StoreUnavailable(StoreError):
     """The object store failed beyond the retry budget."""
+
+
+class StoreFull(StoreError):
+    """The store refused a write for lack of space or quota: ENOSPC/EDQUOT on a directory,
+    S3's 507 or a quota code. Nothing of the write is left behind; the same write may
+    succeed once space returns, so it is waited out, not counted against a retry budget."""
 
 
 class CorruptObject(StoreError):

@@ -207,14 +207,22 @@ def run_of(key: str, version: int) -> str | None:
 
 
 async def policy_versions(store: BlobStore) -> list[int]:
-    """The version of every retention policy (`retention/{id}`, JSON with "version")."""
-    versions = []
+    """The version of every retention policy: the highest of its create-only documents
+    (`layout.policy_document_key`, the version is in the key), or the version in a single
+    `retention/{id}` JSON document."""
+    newest: dict[str, int] = {}
     for key in await list_all(store, layout.RETENTION):
-        try:
-            versions.append(int(orjson.loads(await store.get(key))["version"]))
-        except NotFound:
-            continue  # deleted between LIST and GET: it pins nothing any more
-    return versions
+        entry = layout.policy_entry(key)
+        if entry is None:
+            continue
+        policy_id, version = entry
+        if version is None:
+            try:
+                version = int(orjson.loads(await store.get(key))["version"])
+            except NotFound:
+                continue  # deleted between LIST and GET: it pins nothing any more
+        newest[policy_id] = max(version, newest.get(policy_id, version))
+    return list(newest.values())
 
 
 async def manifests_newest_first(store: BlobStore) -> list[Manifest]:

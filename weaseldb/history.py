@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from weaseldb import batchfile, layout, logstart
-from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore import BlobStore, NotFound
+from weaseldb.errors import LogTruncated
 from weaseldb.recovery import read_batch
 from weaseldb.validity import GENESIS, Seed, ValidityWalk
 
@@ -50,10 +51,13 @@ def gapless_prefix(numbers: list[int], seed: Seed = GENESIS) -> list[int]:
     return run
 
 
-async def valid_batches(store: BlobStore) -> AsyncIterator[batchfile.Batch]:
-    """The valid batches, oldest first, from the log start up to the first gap. Void
-    batches (an older term after a newer one) are skipped."""
-    seed = await logstart.seed(store)
+async def valid_batches(
+    store: BlobStore, seed: Seed | None = None
+) -> AsyncIterator[batchfile.Batch]:
+    """The valid batches, oldest first, from the log start (or `seed`) up to the first
+    gap. Void batches (an older term after a newer one) are skipped."""
+    if seed is None:
+        seed = await logstart.seed(store)
     walk = ValidityWalk(seed)
     for number in gapless_prefix(await batch_numbers_after(store, seed), seed):
         batch = await read_batch(store, number)
@@ -77,9 +81,45 @@ async def log_after(
 ) -> AsyncIterator[tuple[int, str, batchfile.Transaction]]:
     """(prev_version, leader_id, transaction) for every valid transaction with a version
     above `after`, oldest first. `prev_version` is the previous transaction's version in the
-    valid log (for the oldest retained batch: its first version - 1)."""
+    valid log (for the oldest retained batch: its first version - 1).
+
+    Never a silent gap when GC runs meanwhile: the log start is read again after the walk,
+    and if it moved (batches the walk listed or was about to list may be gone) the walk
+    goes on from the new start, after what it already gave; LogTruncated when the new start
+    is past that (nothing is skipped, the caller answers 410 or ends the stream)."""
+    last = after
+    start = await logstart.newest(store)
+    while True:
+        _check_retained(start, last)
+        missing: NotFound | None = None
+        try:
+            async for prev, leader_id, tx in _log_from(store, start, last):
+                yield prev, leader_id, tx
+                last = tx.version
+        except NotFound as e:  # a listed batch is gone: GC, or something worse
+            missing = e
+        moved = await logstart.newest(store)
+        if moved == start:
+            if missing is not None:
+                raise missing  # not GC (it writes its marker first): never skip it
+            return
+        start = moved
+
+
+def _check_retained(start: logstart.LogStart | None, after: int) -> None:
+    if start is not None and start.version > after:
+        raise LogTruncated(
+            f"history before version {start.version + 1} is no longer retained",
+            oldest_version=start.version + 1,
+        )
+
+
+async def _log_from(
+    store: BlobStore, start: logstart.LogStart | None, after: int
+) -> AsyncIterator[tuple[int, str, batchfile.Transaction]]:
+    """log_after's walk from one log start (NotFound for a batch deleted after the LIST)."""
     prev: int | None = None
-    async for batch in valid_batches(store):
+    async for batch in valid_batches(store, GENESIS if start is None else start.seed):
         if prev is None:
             prev = batch.first_version - 1
         if batch.last_version <= after:

@@ -24,8 +24,37 @@ def term_key(term: int) -> str:
     return f"{TERMS}{term:020d}"
 
 
+#: Separates a policy id from the version in a policy document's key (never in an id).
+POLICY_VERSION_MARK = "@"
+
+
 def retention_key(policy_id: str) -> str:
+    """A policy's prefix: its documents, and the single mutable document an older gateway
+    wrote (see `policy_document_key`)."""
     return f"{RETENTION}{policy_id}"
+
+
+def policy_document_key(policy_id: str, version: int, token: str) -> str:
+    """One create-only document of a retention policy: the policy's version is the highest
+    among its documents, so concurrent writers need no read-modify-write. `token` makes
+    each write's key unique, so removing superseded documents never removes a newer write
+    of the same version."""
+    return f"{RETENTION}{policy_id}{POLICY_VERSION_MARK}{version:020d}.{token}"
+
+
+def policy_entry(key: str) -> tuple[str, int | None] | None:
+    """(policy id, version) of a key under ``retention/``: the version is None for a
+    single mutable document (its body holds it); None for a key that is neither."""
+    name = key.removeprefix(RETENTION)
+    if name == key or not name or "/" in name:
+        return None
+    policy_id, mark, rest = name.partition(POLICY_VERSION_MARK)
+    if not mark:
+        return policy_id, None
+    number = rest.partition(".")[0]
+    if len(number) != 20 or not number.isdigit():
+        return None
+    return policy_id, int(number)
 
 
 def manifest_key(version: int) -> str:

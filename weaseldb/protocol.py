@@ -197,11 +197,13 @@ class AcceptedEvents(msgspec.Struct, tag="A", array_like=True):
 
 
 class Progress(msgspec.Struct, tag="P", array_like=True):
-    """Persister -> gateway: the durable version advanced (or the term changed)."""
+    """Persister -> gateway: the durable version advanced (or the term changed).
+    `store_full`: the store refuses writes for space; take no commits until it clears."""
 
     committed_version: int
     leader_id: str
     term: int
+    store_full: bool = False
 
 
 class TermJoined(msgspec.Struct, tag="J", array_like=True):

@@ -64,11 +64,12 @@ def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
-def _unknown_outcome(request_id: str, why: str) -> CommitUnknown:
+def _unknown_outcome(request_id: str, why: str, **extra: str) -> CommitUnknown:
     return CommitUnknown(
         f"the commit may or may not have been applied ({why}); retry with the same "
         f"request_id or ask GET /v1/status?request_id={request_id}",
         request_id=request_id,
+        **extra,
     )
 
 
@@ -176,10 +177,10 @@ class GatewayStage:
         try:
             reply = await self.client.submit(entry, ticket)
         except PipelineUnavailable as e:
+            extra = {"reason": e.code} if e.code else {}
             if not e.unknown:
-                extra = {"reason": "overloaded"} if e.overloaded else {}
                 raise _not_applied(entry.request_id, str(e), **extra) from e
-            raise _unknown_outcome(entry.request_id, str(e)) from e
+            raise _unknown_outcome(entry.request_id, str(e), **extra) from e
         if not isinstance(reply, CommitReply):
             raise RuntimeError(f"ticket {ticket} answered with {type(reply).__name__}")
         return reply

@@ -2,7 +2,9 @@
 
 `TABLE` maps the error tree of weaseldb.errors to HTTP, matched along each error's class
 hierarchy (like Starlette's exception handlers), so an error class added later lands on its
-nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``.
+nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``,
+with ``"reason"`` where the client can act on the cause (``store_full``, ``overloaded``:
+set by the answer's row here or by the error's own fields).
 Anything outside the tree is a bug: 500, and its traceback is logged.
 """
 
@@ -20,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import Send
 
+from services.gateway.retention import BelowLogStart
 from weaseldb.errors import (
     BadRequest,
     CommitUnknown,
@@ -31,6 +34,7 @@ from weaseldb.errors import (
     NotLeader,
     RequestError,
     StoreError,
+    StoreFull,
     TooLarge,
     Unavailable,
     WeaselError,
@@ -38,6 +42,8 @@ from weaseldb.errors import (
 
 JSON = "application/json"
 log = logging.getLogger("weaseldb.gateway")
+#: The body's "reason" when the store refuses writes for space or quota.
+STORE_FULL = "store_full"
 #: Seconds a client should wait before it tries a 503 again.
 RETRY_AFTER = "1"
 
@@ -46,6 +52,7 @@ RETRY_AFTER = "1"
 class HttpAnswer:
     status: int
     code: str
+    reason: str = ""  # the body's "reason", unless the error names its own
 
     @property
     def retry(self) -> bool:
@@ -57,12 +64,14 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
     TooLarge: HttpAnswer(413, "too_large"),
     NotFound: HttpAnswer(404, "not_found"),
     MethodNotAllowed: HttpAnswer(405, "method_not_allowed"),
+    BelowLogStart: HttpAnswer(409, "log_truncated"),
     Conflict: HttpAnswer(409, "conflict"),
     LeaderChanged: HttpAnswer(409, "leader_changed"),
     LogTruncated: HttpAnswer(410, "log_truncated"),
     RequestError: HttpAnswer(400, "bad_request"),
     NotLeader: HttpAnswer(503, "not_leader"),
     CommitUnknown: HttpAnswer(503, "commit_unknown"),
+    StoreFull: HttpAnswer(503, "store_unavailable", reason=STORE_FULL),
     StoreError: HttpAnswer(503, "store_unavailable"),
     Unavailable: HttpAnswer(503, "unavailable"),
 }
@@ -85,14 +94,16 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
         log.error("unexpected error serving a request", exc_info=error)
         return answer.status, _body("internal", f"internal error: {type(error).__name__}"), headers
     assert isinstance(error, WeaselError)
-    if answer.status == 503:
+    extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
+    # A full store can refuse thousands of requests a second; the persister logs it once.
+    if answer.status == 503 and extra.get("reason") != STORE_FULL:
         log.warning("503 %s: %s", answer.code, error.message)
     code = error.code if isinstance(error, BadRequest) else answer.code
     if answer.retry:
         headers.append((b"retry-after", RETRY_AFTER.encode()))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
-    return answer.status, _body(code, error.message, **error.extra), headers
+    return answer.status, _body(code, error.message, **extra), headers
 
 
 def _body(code: str, message: str, **extra: Any) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from services.gateway import status as status_logic
+from services.gateway.errors import STORE_FULL
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.status_lookup import IndexSearch
 from weaseldb.blobstore import BlobStore
@@ -33,12 +34,21 @@ class StatusLookups:
     async def status(self, request_id: str, min_version: int) -> dict[str, Any]:
         if not 1 <= len(request_id) <= MAX_ID:
             raise BadRequest(f"request_id must be 1..{MAX_ID} characters")
-        reply = await self._ask_pipeline(request_id)
+        try:
+            reply = await self._ask_pipeline(request_id)
+        except NotLeader as refused:
+            if refused.extra.get("reason") != STORE_FULL:
+                raise
+            found = await self._committed_in_index(request_id, min_version, refused)
+            return self._body(request_id, found)
         decision = status_logic.decide(reply, min_version)
         if isinstance(decision, status_logic.ReadStore):
             decision = await self._index.search(
                 request_id, decision.low, decision.high, upward=min_version > 0
             )
+        return self._body(request_id, decision)
+
+    def _body(self, request_id: str, decision: status_logic.Answer) -> dict[str, Any]:
         STATUS.labels(decision.status.value, decision.source).inc()
         body: dict[str, Any] = {"request_id": request_id, "status": decision.status.value}
         if decision.status == Outcome.COMMITTED:
@@ -46,13 +56,27 @@ class StatusLookups:
         body["leader_id"] = self._client.leadership.leader_id
         return body
 
+    async def _committed_in_index(
+        self, request_id: str, min_version: int, refused: NotLeader
+    ) -> status_logic.Answer:
+        """While the store is full no ban can be made durable, so only an id the request-id
+        index holds as committed is answered (a committed id stays committed; the index
+        holds only valid batches); anything else stays refused. Recent commits, not yet
+        indexed, are in the persister's memory only: refused too."""
+        high = self._client.committed_version
+        found = await self._index.search(request_id, min_version, high, upward=min_version > 0)
+        if found.status != Outcome.COMMITTED:
+            raise refused
+        return found
+
     async def _ask_pipeline(self, request_id: str) -> StatusReply:
         client = self._client
         ticket = client.new_ticket()
         try:
             reply = await client.submit(StatusEntry(client.worker, ticket, request_id), ticket)
         except PipelineUnavailable as e:
-            raise NotLeader(f"status unknown: {e}", request_id=request_id) from e
+            extra = {"reason": e.code} if e.code else {}
+            raise NotLeader(f"status unknown: {e}", request_id=request_id, **extra) from e
         if not isinstance(reply, StatusReply) or reply.stale:
             # Banned by the sequencer of a term that has ended (its ban may be lost).
             raise NotLeader("the lookup crossed a change of term; ask again", request_id=request_id)

@@ -212,7 +212,9 @@ def _ok(schema: str, description: str = "OK") -> dict[str, Any]:
 UNAVAILABLE = _error(
     "not_leader (nothing was applied: standby, recovering, overloaded) or, for a commit, "
     "commit_unknown (it may have been applied: retry with the same request_id, or ask "
-    "/v1/status); store_unavailable when the object store failed",
+    "/v1/status); store_unavailable when the object store failed. A body's reason names "
+    "a cause the client can act on: overloaded, or store_full (the store refuses writes "
+    "for space or quota; commits resume by themselves once it has space)",
     retry=True,
 )
 BAD = _error("bad_request or limit_exceeded")
@@ -238,7 +240,10 @@ RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/retention/{policy_id}", "put"): {
         "200": _ok("Policy"),
         "400": BAD,
-        "409": _error("conflict: the stored version is higher (it is in the body)"),
+        "409": _error(
+            "conflict: the stored version is higher (it is in the body); log_truncated: the "
+            "version is below the oldest retained one (oldest_version)"
+        ),
         "413": _error("too_large"),
         "503": UNAVAILABLE,
     },

@@ -6,7 +6,13 @@ What a request that gets no answer means:
 - entered, then the leader was lost, the answer timed out, or a new term closed the ring
   without answering it (`TermJoined`): it may or may not have been applied.
 `PipelineUnavailable.unknown` tells the two apart, so the client hears `not_leader` or
-`commit_unknown`.
+`commit_unknown`; its `code` names a cause the client can act on (`overloaded`,
+`store_full`).
+
+While the persister says the store is full (`Progress.store_full`), nothing enters the
+ring and what waits is answered at once: a full store may last hours, and the batches
+already written wait for space inside the persister (docs/architecture.md, "When the store
+is full").
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.gateway.errors import STORE_FULL
 from weaseldb.protocol import (
     AcceptedEvents,
     CommitReply,
@@ -38,16 +45,18 @@ from weaseldb.versioncell import VersionCell
 log = logging.getLogger("weaseldb.gateway")
 
 Reply = CommitReply | StatusReply
+STORE_FULL_REASON = "the store is full: it refuses writes for space or quota"
 
 
 class PipelineUnavailable(Exception):
-    """The set does not lead (yet, or any more), or is overloaded. `unknown`: the entry had
-    entered the ring, so it may have been applied; otherwise it certainly was not."""
+    """The set does not lead (yet, or any more), is overloaded or its store is full.
+    `unknown`: the entry had entered the ring, so it may have been applied; otherwise it
+    certainly was not. `code`: ``overloaded``, ``store_full`` or empty."""
 
-    def __init__(self, reason: str, *, unknown: bool, overloaded: bool = False) -> None:
+    def __init__(self, reason: str, *, unknown: bool, code: str = "") -> None:
         super().__init__(reason)
         self.unknown = unknown
-        self.overloaded = overloaded
+        self.code = code
 
 
 @dataclass
@@ -57,6 +66,7 @@ class Leadership:
     leading: bool = False
     reason: str = "waiting for the persister to announce a term"
     silent: bool = False  # lost because the persister stopped talking, not by its word
+    store_full: bool = False  # the persister's last word: the store refuses writes
 
 
 class PipelineClient:
@@ -107,12 +117,14 @@ class PipelineClient:
     def submit(self, entry: RingEntry, ticket: int) -> asyncio.Future[Reply]:
         if not self.leadership.leading:
             raise PipelineUnavailable(self.leadership.reason, unknown=False)
+        if self.leadership.store_full:
+            raise PipelineUnavailable(STORE_FULL_REASON, unknown=False, code=STORE_FULL)
         if len(self._waiting) >= self._max_waiting:
             # Shed instead of queueing without bound: nothing entered the ring.
             raise PipelineUnavailable(
                 f"overloaded: {len(self._waiting)} requests already wait for the pipeline",
                 unknown=False,
-                overloaded=True,
+                code="overloaded",
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()
@@ -174,6 +186,9 @@ class PipelineClient:
             if not lead.leading and lead.silent and message.term == lead.term:
                 lead.leading, lead.silent, lead.reason = True, False, "leading"
             lead.leader_id, lead.term = message.leader_id, message.term
+            if message.store_full and not lead.store_full:
+                self._answer_waiting(STORE_FULL_REASON, code=STORE_FULL)
+            lead.store_full = message.store_full
         elif isinstance(message, TermStart):
             self._start_term(message)
         elif isinstance(message, TermJoined):
@@ -220,10 +235,14 @@ class PipelineClient:
     def _lose(self, reason: str) -> None:
         self.leadership.leading = False
         self.leadership.reason = reason
+        self._answer_waiting(reason)
+
+    def _answer_waiting(self, reason: str, *, code: str = "") -> None:
+        """Everything waiting may or may not be applied: answer it so (commit_unknown)."""
         waiting, self._waiting = self._waiting, {}
         for future in waiting.values():
             if not future.done():
-                future.set_exception(PipelineUnavailable(reason, unknown=True))
+                future.set_exception(PipelineUnavailable(reason, unknown=True, code=code))
 
     async def shutdown(self, drain_timeout_s: float) -> bool:
         """Send Shutdown down the ring and wait for it to come back drained."""

@@ -1,7 +1,7 @@
 """Retention policies: validation, the forward-only rule and the stored document (pure).
 
-A policy is one JSON object at ``retention/{policy_id}``:
-``{"policy_id": ..., "version": V, "updated_at": "...Z"}``.
+A policy document is one JSON object ``{"policy_id": ..., "version": V, "updated_at": "...Z"}``
+(stored as in services/gateway/retention_api.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from services.gateway.requests import duplicate_key
-from weaseldb.errors import BadRequest, CorruptObject
+from weaseldb.errors import BadRequest, Conflict, CorruptObject
 
 #: 1..128 of letters, digits, '.', '_' and '-', not starting with '.' (so never "." or "..",
 #: and never a hidden file in a directory store). fullmatch: `$` would accept a final "\n".
@@ -27,6 +27,11 @@ class InvalidPolicy(BadRequest):
 
 class MovesBack(ValueError):
     """The new version is lower than the stored one (409)."""
+
+
+class BelowLogStart(Conflict):
+    """The version is below the oldest retained version: it would pin history GC already
+    removed (409 `log_truncated`, with `oldest_version`)."""
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,12 @@ def parse_body(body: bytes) -> int:
     return version
 
 
-def update(current: Policy | None, policy_id: str, version: int, now: str) -> Policy:
-    """The policy to store; MovesBack when `version` is below the stored one (the same
-    version again is accepted, so a retried PUT is idempotent)."""
-    if current is not None and version < current.version:
-        raise MovesBack(
-            f"policy {policy_id} is at version {current.version}; it can only move forward"
-        )
+def update(current: int | None, policy_id: str, version: int, now: str) -> Policy:
+    """The policy to store over one at version `current` (None: no policy yet); MovesBack
+    when `version` is below it (the same version again is accepted, so a retried PUT is
+    idempotent)."""
+    if current is not None and version < current:
+        raise MovesBack(f"policy {policy_id} is at version {current}; it can only move forward")
     return Policy(policy_id, version, now)
 
 

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge
 
 from services.persister.answers import Answers
 from services.persister.engine import Engine
+from services.persister.fullness import PROBE_INTERVAL_S, Fullness
 from services.persister.index import IndexWriter, load_window, read_tail, write_segment
 from services.persister.leadership import (
     Holder,
@@ -39,7 +40,7 @@ from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from weaseldb import requestids, tracing
-from weaseldb.blobstore import BlobStore
+from weaseldb.blobstore import BlobStore, StoreFull
 from weaseldb.blobstore.metered import MeteredStore
 from weaseldb.config import Config
 from weaseldb.protocol import (
@@ -114,6 +115,7 @@ class PersisterStage:
             hard_cap=ids.request_id_max,
         )
         self._cell = VersionCell(self._run_dir / "committed.version")
+        self._fullness = Fullness(self._store_full_changed)
         self._promote = asyncio.Event()
         self._stop = asyncio.Event()
         self._term: OpenedTerm | None = None
@@ -177,6 +179,17 @@ class PersisterStage:
                 log.error("not leading: %s", e)
                 self._broadcast([LeaderLost(str(e))])
                 return 1
+            except StoreFull as e:
+                # Opening a term writes (a claim, batches, a segment): wait for space and
+                # start over. The claim may have landed, so the next try claims afresh,
+                # with a fence, rather than as the renewal of our own drained term.
+                self._fullness.refused("opening a term", e)
+                self.health.set(False, f"the store is full: {e}")
+                if await self._stopped_within(PROBE_INTERVAL_S):
+                    return 0
+                renewing = False
+                continue
+            self._fullness.term_opened()
             if term is None:
                 return 0  # stopped while standby
             code = await self._serve(term, first=not renewing)
@@ -251,7 +264,12 @@ class PersisterStage:
         promise = requestids.Promise.of(self._config.idempotency)
         await write_segment(self._store, persister, tail, term.term, promise=promise)
         self._index = IndexWriter(
-            self._store, persister, term=term.term, after=tail, promise=promise
+            self._store,
+            persister,
+            term=term.term,
+            after=tail,
+            fullness=self._fullness,
+            promise=promise,
         )
         self._answers.indexed_through = term.last_version
         window = await load_window(self._store, self._config.idempotency, now_ms())
@@ -265,6 +283,14 @@ class PersisterStage:
             if old.name != name:
                 old.unlink(missing_ok=True)
         return name
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Wait up to `seconds`; whether a stop or a shutdown came meanwhile."""
+        waits = [asyncio.create_task(e.wait()) for e in (self._stop, self._shutdown)]
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        return self._stop.is_set() or self._shutdown.is_set()
 
     async def _wait_for_promotion(self) -> bool:
         waits = [
@@ -284,6 +310,7 @@ class PersisterStage:
             term,
             on_release=self._released,
             on_fail=self._failed,
+            fullness=self._fullness,
         )
         self._engine = engine
         self._puts_counted = 0
@@ -531,13 +558,21 @@ class PersisterStage:
                     self._outgoing[entry.origin].append(Answers.stale_status(entry))
         self._flush_outgoing()
 
+    def _store_full_changed(self, full: bool) -> None:
+        """Tell every gateway worker now (not at the next heartbeat): while the store is
+        full they refuse commits with 503 store_full, and answer the waiting ones."""
+        self.health.details["store_full"] = full
+        self._flush_outgoing(everyone=True)
+
     def _durable_wanted(self) -> bool:
         return any(i.durable for i in self._interest.values())
 
     def _progress(self) -> list[GatewayMessage]:
         if self._term is None:
             return []
-        return [Progress(self._committed, self._term.leader_id, self._term.term)]
+        return [
+            Progress(self._committed, self._term.leader_id, self._term.term, self._fullness.full)
+        ]
 
     def _flush_outgoing(self, *, everyone: bool = False) -> None:
         """Queue this round's events, progress and answers as one frame per worker that

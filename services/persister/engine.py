@@ -15,6 +15,10 @@ fencing on 412, ordered release and drain (storage.md, "Writing batches").
 - A 412 on our number means someone else owns it: our own batch (a retried PUT that had
   landed) is success; a newer term means we are deposed; an older term cannot happen after
   the fence run and is treated as fatal rather than silently renumbered.
+- A PUT refused for space (`StoreFull`) is tried again, the same batch at the same number,
+  every `fullness.PROBE_INTERVAL_S` until it lands: the term, the numbering and the version
+  order stay as they were, and nothing is torn. Meanwhile `fullness` says the store is full
+  (the gateways refuse new commits); see docs/architecture.md, "When the store is full".
 - A status lookup's id is written into the next batch as banned, and its answer released
   with that batch, so the ban survives a restart.
 - Any fatal error stops the engine: `failure` is set and every unreleased entry is handed to
@@ -26,13 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from services.persister.fullness import PROBE_INTERVAL_S, Fullness
 from services.persister.leadership import OpenedTerm, now_ms, with_retries
 from services.persister.release import OrderedRelease, Slot
 from weaseldb import batchfile, layout, recovery
 from weaseldb.batchfile import Transaction
-from weaseldb.blobstore import AlreadyExists, BlobStore
+from weaseldb.blobstore import AlreadyExists, BlobStore, StoreFull
 from weaseldb.config import PersisterConfig
 from weaseldb.protocol import (
     CommitEntry,
@@ -78,8 +83,10 @@ class Engine:
         *,
         on_release: ReleaseHandler,
         on_fail: FailHandler,
+        fullness: Fullness | None = None,
     ) -> None:
         self._store = store
+        self._fullness = fullness or Fullness()
         self._config = config
         self._term = term
         self._on_release = on_release
@@ -244,7 +251,7 @@ class Engine:
 
         try:
             try:
-                await with_retries(put, self._config, key)
+                await self._put_until_landed(put, key)
             except AlreadyExists:
                 await self._check_taken(batch)
         except BaseException as e:
@@ -253,6 +260,21 @@ class Engine:
             return
         self._in_flight -= 1
         self._completed(slot)
+
+    async def _put_until_landed(self, put: Callable[[], Awaitable[None]], key: str) -> None:
+        """`put` with retries; refused for space, the same PUT again after a pause, until it
+        lands or the engine stops for another reason."""
+        try:
+            while True:
+                try:
+                    return await with_retries(put, self._config, key)
+                except StoreFull as e:
+                    if self.failure is not None:
+                        raise
+                    self._fullness.refused(key, e)
+                    await asyncio.sleep(PROBE_INTERVAL_S)
+        finally:
+            self._fullness.landed(key)
 
     async def _check_taken(self, mine: batchfile.Batch) -> None:
         found = await with_retries(

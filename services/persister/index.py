@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from prometheus_client import Counter
 
+from services.persister.fullness import Fullness
 from services.persister.leadership import with_retries
 from weaseldb import batchfile, layout, logstart, recovery, requestids
-from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore
+from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore, StoreFull
 from weaseldb.config import IdempotencyConfig, PersisterConfig
 from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
 from weaseldb.validity import GENESIS, Seed, ValidityWalk
@@ -39,6 +40,8 @@ MERGE_ERRORS = Counter(
 )
 
 Row = tuple[int, int, int]  # (id hash, version or BANNED, ms)
+#: How the index's writes show in `Fullness` while the store refuses them.
+FULLNESS_KEY = "request-id index"
 #: Batch reads in flight while reading a tail.
 TAIL_PARALLELISM = 64
 
@@ -98,9 +101,11 @@ class IndexWriter:
         *,
         term: int,
         after: Stretch,
+        fullness: Fullness | None = None,
         promise: requestids.Promise | None = None,
     ) -> None:
         self._store = store
+        self._fullness = fullness or Fullness()
         self._config = config
         self._term = term
         self._promise = promise
@@ -152,9 +157,13 @@ class IndexWriter:
             )
         except BlobError as e:
             SEGMENT_ERRORS.inc()
-            log.warning("request-id index segment not written (will retry): %s", e)
+            if isinstance(e, StoreFull):  # said once, by `fullness`; tried again next tick
+                self._fullness.refused(FULLNESS_KEY, e)
+            else:
+                log.warning("request-id index segment not written (will retry): %s", e)
             self._merge_back(stretch)
             return
+        self._fullness.landed(FULLNESS_KEY)
         self.indexed_through = stretch.last_version
         if self._merging is None or self._merging.done():
             self._merging = asyncio.create_task(self._merge())

@@ -8,8 +8,17 @@ import sys
 from pathlib import Path
 
 from weaseldb import layout, manifest
-from weaseldb.blobstore import BlobError, open_store
+from weaseldb.blobstore import BlobError, StoreFull, open_store
 from weaseldb.config import ConfigError
+from weaseldb.errors import StoreError
+
+#: How a failed write for space reads in Java's exceptions (ENOSPC's message).
+NO_SPACE = "No space left on device"
+#: What `weaseldb compact` says when the store refuses its writes for space or quota.
+FULL = (
+    "the store is full: nothing was published or deleted (an unfinished run's files are "
+    "removed by a later --gc); free space and run compact again"
+)
 
 
 async def _probe(store_url: str) -> tuple[bool, bool]:
@@ -66,6 +75,14 @@ def compact(
         outcome = job.run(spark, options, progress=lambda line: print(line, flush=True))
     except (job.CompactionError, session.SparkSetupError) as e:
         raise ConfigError(str(e)) from e
+    except StoreFull as e:
+        raise ConfigError(f"{FULL}: {e}") from e
+    except StoreError as e:
+        raise ConfigError(f"the store failed: {e}") from e
+    except Exception as e:
+        if NO_SPACE not in str(e):  # Spark's own write, as a Java exception
+            raise
+        raise ConfigError(f"{FULL}: Spark could not write the snapshot ({NO_SPACE})") from e
     finally:
         spark.stop()
     print(outcome.summary(), flush=True)

@@ -12,6 +12,7 @@ garbage collection as a separate step (weaseldb.gc).
    (fetch.points); one shuffle by key range; zstd Parquet under a directory of its own,
    `snapshots/{version:020d}/{run}/`, after a start record that tells GC the run is live
    (renewed every minute while the run writes: GC removes a run only once it stopped).
+   On a directory store every file and directory of the run is then fsynced.
 4. Publish: the manifest, created with If-None-Match: *. Losing that race to another run
    at the same version removes this run's files and ends cleanly; a run killed before it
    publishes nothing (GC removes its files after a grace period).
@@ -36,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from weaseldb import gc, history, logstart, manifest
 from weaseldb.blobstore import AlreadyExists, BlobStore, list_all, open_store
+from weaseldb.blobstore.directory import DirectoryStore
 from weaseldb.fold import RangeFragments
 from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.validity import Seed
@@ -243,6 +245,7 @@ def _write_and_publish(
     partitioned = transforms.by_key_range(points, bounds, partitions)
     rows = transforms.snapshot_rows(partitioned, shared, stats)
     rows.write.mode("errorifexists").parquet(d.place.url(location))
+    d.sync(_make_durable(d.store, location))
     written = _written_files(d, location, stats.value)
     result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
     d.progress(f"wrote {len(written)} Parquet files: {result.keys} keys, {result.bytes} bytes")
@@ -320,6 +323,15 @@ def _manifest(
         source_batches=SourceBatches(oldest=target.oldest, newest=target.batch, count=target.count),
         previous=previous.version if previous else None,
     )
+
+
+async def _make_durable(store: BlobStore, location: str) -> None:
+    """On a directory store, fsync every Parquet file and directory of the run before the
+    manifest is created: Hadoop's local file system never syncs, and once the manifest is
+    durable GC durably deletes the batches it covers and the previous snapshot. An S3 PUT
+    is durable when acknowledged: nothing to do there."""
+    if isinstance(store, DirectoryStore):
+        await store.sync_tree(location)
 
 
 def _json(started: gc.RunStarted) -> bytes:

@@ -80,6 +80,13 @@ def test_history_survives_restarts_and_truncation_is_reported(
         assert gone.json()["error"] == "log_truncated"
         assert gone.json()["oldest_version"] == kept["version"]
         assert gone.json()["snapshot"] is None
+        # A retention policy below the log start would pin nothing: 409, naming the start.
+        late = httpx.put(f"{fourth.url}/v1/retention/late", json={"version": 0})
+        assert late.status_code == 409 and late.json()["error"] == "log_truncated"
+        assert late.json()["oldest_version"] == kept["version"]
+        assert httpx.get(f"{fourth.url}/v1/retention/late").status_code == 404
+        in_time = {"version": kept["version"] - 1}
+        assert httpx.put(f"{fourth.url}/v1/retention/late", json=in_time).status_code == 200
         sub = Subscription(fourth.url, {"after": str(kept["version"] - 1)}).start()
         wait_for(lambda: sub.versions() == [kept["version"]])
         sub.stop()

@@ -67,9 +67,9 @@ def test_retention_rules() -> None:
     with pytest.raises(BadRequest):
         retention.check_policy_id("a/b")
     current = retention.update(None, "p", 5, "t")
-    assert retention.update(current, "p", 5, "t2").version == 5
+    assert retention.update(current.version, "p", 5, "t2").version == 5
     with pytest.raises(retention.MovesBack):
-        retention.update(current, "p", 4, "t3")
+        retention.update(current.version, "p", 4, "t3")
     assert retention.decode(current.encode()) == current
 
 

@@ -68,6 +68,27 @@ def test_a_directory_made_by_someone_else_is_still_fsynced_once(
     assert spy.paths.count(root / "retention") == 1 + 2  # once as new, then after each write
 
 
+def test_sync_tree_fsyncs_what_another_writer_left_and_every_parent(
+    tmp_path: Path, spy: FsyncSpy
+) -> None:
+    """What Spark writes through Hadoop's local file system (no fsync at all) is made
+    durable before a manifest names it: each file, each directory, each parent to the root."""
+    store = DirectoryStore(tmp_path / "db")
+    run = store.root / "snapshots" / f"{7:020d}" / "run-1"
+    (run / "nested").mkdir(parents=True)
+    files = [run / "part-00000.parquet", run / ".part-00000.parquet.crc", run / "nested" / "f"]
+    for f in files:
+        f.write_bytes(b"data")
+    count = asyncio.run(store.sync_tree(f"snapshots/{7:020d}/run-1/"))
+    with pytest.raises(ValueError):
+        asyncio.run(store.sync_tree("../elsewhere"))
+    asyncio.run(store.close())
+    expected = {*files, run / "nested", run, run.parent, run.parent.parent, store.root}
+    assert set(spy.paths) == expected and count == len(expected)
+    # A directory after what it holds.
+    assert spy.paths.index(run) > max(spy.paths.index(f) for f in files)
+
+
 def _no_temporary_names(*args: object, **kwargs: object) -> tuple[int, str]:
     raise AssertionError("a named temporary file was made")
 

@@ -57,3 +57,11 @@ def test_the_two_503s_stay_apart() -> None:
     assert orjson.loads(render(errors.Deposed("x"))[1])["error"] == "not_leader"
     assert orjson.loads(render(errors.CommitUnknown("x"))[1])["error"] == "commit_unknown"
     assert orjson.loads(render(errors.CorruptObject("x"))[1])["error"] == "store_unavailable"
+
+
+def test_a_full_store_names_itself_in_the_reason() -> None:
+    """store_full is what a client can act on (wait for space), whatever the error."""
+    body = orjson.loads(render(errors.StoreFull("batches/1: No space left on device"))[1])
+    assert (body["error"], body["reason"]) == ("store_unavailable", "store_full")
+    refused = errors.NotLeader("nothing was applied", reason="store_full")
+    assert orjson.loads(render(refused)[1])["reason"] == "store_full"

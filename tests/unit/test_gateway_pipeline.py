@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.gateway.pipeline import PipelineClient
-from weaseldb.protocol import CommitEntry, TermJoined, TermStart
+import pytest
+
+from services.gateway.pipeline import PipelineClient, PipelineUnavailable
+from weaseldb.protocol import CommitEntry, Progress, TermJoined, TermStart
 from weaseldb.ring import Ring
 from weaseldb.versioncell import VersionCell
 
@@ -52,3 +54,38 @@ def test_a_term_announced_twice_does_not_give_up_on_commits_sent_between_the_cop
     between_done, after_done = asyncio.run(scenario())
     assert not between_done, "a commit sent after the first copy was given up on"
     assert not after_done
+
+
+def test_a_full_store_answers_what_waits_and_refuses_the_rest_until_it_clears(
+    tmp_path: Path,
+) -> None:
+    """Progress.store_full: what waits may still land with its batch (commit_unknown),
+    nothing new enters the ring (not_leader), both with the reason; reads still see a
+    leader; a Progress without the flag lets commits in again."""
+
+    async def scenario() -> None:
+        ring = Ring()
+        try:
+            client = PipelineClient(
+                0,
+                ring.outbox(f"ipc://{tmp_path}/out"),
+                ring.inbox(f"ipc://{tmp_path}/in"),
+                VersionCell(tmp_path / "cell"),
+                timeout_s=60,
+            )
+            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+            waiting = client.submit(commit(1), client.new_ticket())
+            client._dispatch(Progress(0, "leader", TERM, True))
+            with pytest.raises(PipelineUnavailable) as answered:
+                await waiting
+            assert answered.value.unknown and answered.value.code == "store_full"
+            with pytest.raises(PipelineUnavailable) as refused:
+                client.submit(commit(2), client.new_ticket())
+            assert not refused.value.unknown and refused.value.code == "store_full"
+            assert client.leadership.leading  # /v1/version still answers
+            client._dispatch(Progress(0, "leader", TERM, False))
+            assert not client.submit(commit(3), client.new_ticket()).done()
+        finally:
+            ring.close()
+
+    asyncio.run(scenario())

@@ -3,7 +3,8 @@
 Every implementation honours the same contract, checked by one shared test suite:
 - `put_if_absent` is create-only: it either stores the whole object durably or raises
   `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`,
-  a missing key `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
+  a write refused for space or quota `StoreFull` (leaving nothing behind), a missing key
+  `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
 - `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
 """
 
@@ -12,13 +13,14 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from weaseldb.errors import AlreadyExists, NotFound, StoreError, TransientError
+from weaseldb.errors import AlreadyExists, NotFound, StoreError, StoreFull, TransientError
 
 __all__ = [
     "AlreadyExists",
     "BlobError",
     "BlobStore",
     "NotFound",
+    "StoreFull",
     "TransientError",
     "list_all",
     "open_store",
@@ -33,7 +35,9 @@ class BlobStore(Protocol):
     async def put_if_absent(self, key: str, data: bytes) -> None: ...
 
     async def put(self, key: str, data: bytes) -> None:
-        """Unconditional overwrite; used only for mutable documents (retention policies)."""
+        """Unconditional overwrite, for a mutable document. Nothing shared by several writers
+        may use it: two racing read-modify-writes lose one (retention policies are
+        create-only documents instead, services/gateway/retention_api.py)."""
         ...
 
     async def get(self, key: str) -> bytes: ...

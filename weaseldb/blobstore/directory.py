@@ -3,7 +3,9 @@
 Create-only writes have the same meaning as S3's `If-None-Match: *`: the data goes to a
 file with no name yet (O_TMPFILE; a named temporary file where the file system has no such
 thing) that is fsynced, then hard-linked to its final name (the link fails if the name
-exists, so a reader never sees a partial object), then the directory is fsynced.
+exists, so a reader never sees a partial object), then the directory is fsynced. A write
+that fails, for space (ENOSPC, EDQUOT: `StoreFull`) or otherwise, leaves no object and no
+temporary file: an unnamed file vanishes when closed, a named one is removed.
 
 A key whose last part is a 20-digit number (batches, terms) is stored as
 ``DDDDDDDDDDDDDD/DDD/DDD``, so no directory holds more than 1,000 entries below the top one
@@ -16,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import collections
+import contextlib
 import ctypes
+import errno
 import heapq
 import itertools
 import logging
@@ -28,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from weaseldb.blobstore import AlreadyExists, NotFound
+from weaseldb.blobstore import AlreadyExists, NotFound, StoreFull
 
 log = logging.getLogger("weaseldb.blobstore")
 
@@ -72,6 +76,50 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def fsync_tree(top: Path, root: Path) -> int:
+    """fsync every file and directory under `top` (each directory after what it holds), then
+    every directory from `top`'s parent up to `root` (`top` must be below it), so each name
+    on the way is durable too. Returns the number of files and directories synced."""
+    synced = 0
+    for directory, _, files in os.walk(top, topdown=False, onerror=_raise):
+        for name in files:
+            _fsync_path(os.path.join(directory, name), os.O_RDONLY)
+        _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
+        synced += len(files) + 1
+    while top != root:
+        top = top.parent
+        _fsync_path(top, os.O_RDONLY | os.O_DIRECTORY)
+        synced += 1
+    return synced
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _fsync_path(path: str | Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+#: What a file system says when it has no room for a write (or the user's quota is spent).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextlib.contextmanager
+def _space_is_store_full(key: str) -> Iterator[None]:
+    """A write refused for space becomes `StoreFull` (the persister waits it out)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise StoreFull(f"{key}: {e.strerror}") from e
+        raise
+
+
 def _is_number(name: str) -> bool:
     return len(name) == 20 and name.isdigit()
 
@@ -95,6 +143,7 @@ class DirectoryStore:
         # next one's path. They sit in the root and are linked into any directory below.
         self._spare_files: collections.deque[int] = collections.deque()
         self._refilling = threading.Lock()
+        self._spares_failing = False  # the last refill failed (and said so)
         self._closed = False
         self._writes = 0  # create-only writes asked for and not finished
 
@@ -120,15 +169,17 @@ class DirectoryStore:
         self._writes += 1
         try:
             await asyncio.sleep(0)
-            if self._writes == 1 and len(data) <= INLINE_WRITE_BYTES:
-                self._put_if_absent(path, data)
-            else:
-                await self._run(self._put_if_absent, path, data)
+            with _space_is_store_full(key):
+                if self._writes == 1 and len(data) <= INLINE_WRITE_BYTES:
+                    self._put_if_absent(path, data)
+                else:
+                    await self._run(self._put_if_absent, path, data)
         finally:
             self._writes -= 1
 
     async def put(self, key: str, data: bytes) -> None:
-        await self._run(self._replace, self._path(key), data)
+        with _space_is_store_full(key):
+            await self._run(self._replace, self._path(key), data)
 
     async def get(self, key: str) -> bytes:
         return await self._run(self._read, self._path(key), key)
@@ -141,6 +192,16 @@ class DirectoryStore:
 
     async def delete(self, key: str) -> None:
         await self._run(self._delete, self._path(key))
+
+    async def sync_tree(self, prefix: str) -> int:
+        """Make durable what another writer put under `prefix` (a directory such as a
+        snapshot run's, written by Spark through Hadoop's local file system, which never
+        fsyncs): see `fsync_tree`. Returns how many files and directories were synced."""
+        name = prefix.strip("/")
+        if not name or ".." in name.split("/"):
+            raise ValueError(f"invalid prefix {prefix!r}")
+        top = self.root / name
+        return await self._run(fsync_tree, top, self.root)
 
     async def close(self) -> None:
         self._closed = True
@@ -180,11 +241,7 @@ class DirectoryStore:
 
     @staticmethod
     def _fsync_dir(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
     def _put_if_absent(self, path: Path, data: bytes) -> None:
         if self._unnamed_files:
@@ -244,8 +301,11 @@ class DirectoryStore:
         try:
             while len(self._spare_files) < SPARE_FILES and not self._closed:
                 self._spare_files.append(self._open_unnamed())
+            self._spares_failing = False
         except OSError as e:  # the next write makes its own file and reports any real error
-            log.warning("could not make spare files for batch writes: %s", e)
+            if not self._spares_failing:  # once, not after every write of a full store
+                log.warning("could not make spare files for batch writes: %s", e)
+            self._spares_failing = True
         finally:
             self._refilling.release()
 
@@ -266,7 +326,11 @@ class DirectoryStore:
 
     def _replace(self, path: Path, data: bytes) -> None:
         tmp = self._write_temp(path, data)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         self._fsync_dir(path.parent)
 
     @staticmethod

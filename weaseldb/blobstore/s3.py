@@ -4,7 +4,9 @@
 Every PUT sends a CRC32 checksum header, so the server rejects a damaged upload.
 S3 errors become the store's vocabulary in `_translate`: 412 -> AlreadyExists;
 409 ConditionalRequestConflict, 5xx, throttling and network errors -> TransientError (the
-persister retries them with backoff); anything else (403, missing bucket) -> BlobError.
+persister retries them with backoff); a write refused for space or quota (507, MinIO's
+XMinioStorageFull, a quota code) -> StoreFull (nothing was stored; the persister waits it
+out); anything else (403, missing bucket) -> BlobError.
 botocore's own retries are off: the persister's retry budget is the only one.
 """
 
@@ -25,7 +27,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from weaseldb.blobstore import AlreadyExists, BlobError, NotFound, TransientError
+from weaseldb.blobstore import AlreadyExists, BlobError, NotFound, StoreFull, TransientError
 from weaseldb.errors import WeaselError
 
 _TRANSIENT_CODES = {
@@ -36,8 +38,18 @@ _TRANSIENT_CODES = {
     "RequestTimeout",
     "Throttling",
     "XMinioServerNotInitialized",
+}
+#: A write refused for space or quota: MinIO's full disks (507) and bucket quota (400),
+#: and the generic codes other S3-compatible stores use.
+_FULL_CODES = {
+    "InsufficientStorage",
+    "QuotaExceeded",
+    "XMinioAdminBucketQuotaExceeded",
+    "XMinioStorageBackendFull",
     "XMinioStorageFull",
 }
+#: HTTP 507 Insufficient Storage.
+_INSUFFICIENT_STORAGE = 507
 
 
 def _translate(error: Exception, key: str) -> WeaselError:
@@ -48,6 +60,8 @@ def _translate(error: Exception, key: str) -> WeaselError:
             return AlreadyExists(key)
         if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
             return NotFound(key)
+        if status == _INSUFFICIENT_STORAGE or code in _FULL_CODES:
+            return StoreFull(f"{key}: {code or status}")
         if status >= 500 or code in _TRANSIENT_CODES:
             return TransientError(f"{key}: {code or status}")
         return BlobError(f"{key}: {code} ({status}): {error}")

@@ -83,7 +83,7 @@ def test_history_holds_with_compaction_and_gc_under_load_then_a_restart(
     cluster = ProcessSet(f"dir:{data}", port, run_dir, extra=extra).start()
     follower = LogFollower(cluster.url).start()
     workload = Workload(cluster.url).start()
-    wait_for(lambda: workload.count("committed") >= 1500, timeout=180, what="1500 commits")
+    wait_for(lambda: workload.count("committed") >= 1500, timeout=400, what="1500 commits")
     compacted = subprocess.run(
         [sys.executable, "-m", "weaseldb.cli", "compact", "--data-dir", str(data), "--gc"],
         capture_output=True, text=True, timeout=900, env=os.environ,

@@ -297,6 +297,8 @@ class PersisterStage:
                     f"term {newest} was claimed after ours ({term.term})"
                 ),
                 leading=lambda: engine.failure is None,
+                give_up_after=self._config.persister.max_retry_attempts + 1,
+                on_unreachable=engine.depose,
             )
         )
         ticker = asyncio.create_task(self._tick())

@@ -159,7 +159,7 @@ class GatewayStage:
             if newest is not None and not is_newer_term(newest, lead.term):
                 self.require_leader(request_id)  # still leading once the look came back
                 return
-            why = f"term {newest} was claimed after this set's ({lead.term})"
+            why = f"the newest term claimed is {newest}, this set leads {lead.term}"
         raise NotLeader(
             f"this node may have been deposed: {why}",
             **({"request_id": request_id} if request_id else {}),

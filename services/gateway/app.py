@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from services.gateway import errors, openapi, sse
 from services.gateway.lookups import StatusLookups
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
+from services.gateway.readfence import TermProbe
 from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.gateway.snapshots import SnapshotListing
@@ -37,6 +38,7 @@ from weaseldb.errors import (
     NotLeader,
     TooLarge,
 )
+from weaseldb.layout import is_newer_term
 from weaseldb.protocol import CommitEntry, CommitReply, ReplyStatus
 from weaseldb.ring import Endpoints, Ring
 from weaseldb.service import Health, HttpServer, add_operations_routes
@@ -106,6 +108,7 @@ class GatewayStage:
         self.streams = ChangeStreams(config, self.client, self.store, self.snapshots)
         self.client.observer = self.streams.observe
         self.retention = RetentionPolicies(self.store)
+        self.terms = TermProbe(self.store)
         self._signalled = asyncio.Event()
 
     async def run(self, http: HttpServer) -> int:
@@ -141,17 +144,41 @@ class GatewayStage:
                 **({"request_id": request_id} if request_id else {}),
             )
 
+    async def confirm_leader(self, request_id: str | None = None) -> None:
+        """`require_leader`, confirmed against the store by a look that started after the
+        request arrived (services/gateway/readfence.py): a set whose term a successor has
+        claimed, or that cannot tell, answers 503 not_leader instead of from memory."""
+        self.require_leader(request_id)
+        try:
+            newest = await asyncio.wait_for(
+                self.terms.newest_term(), self.config.gateway.commit_timeout_s
+            )
+        except Exception as e:
+            why = f"could not confirm the term with the store: {e!r}"
+        else:
+            lead = self.client.leadership
+            if newest is not None and not is_newer_term(newest, lead.term):
+                self.require_leader(request_id)  # still leading once the look came back
+                return
+            why = f"the newest term claimed is {newest}, this set leads {lead.term}"
+        raise NotLeader(
+            f"this node may have been deposed: {why}",
+            **({"request_id": request_id} if request_id else {}),
+        )
+
     async def commit(self, body: bytes, traceparent: str) -> bytes:
         """One commit: validated body in, JSON answer out; errors raise (errors.render)."""
         valid = parse_commit(body, self.limits)
         self.require_leader(valid.request_id)
-        lead = self.client.leadership
-        if valid.leader_id is not None and valid.leader_id != lead.leader_id:
-            raise LeaderChanged(
-                f"leader is {lead.leader_id}, not {valid.leader_id}",
-                leader_id=lead.leader_id,
-                version=self.client.committed_version,
-            )
+        if valid.leader_id is not None:
+            await self.confirm_leader(valid.request_id)
+            lead = self.client.leadership
+            if valid.leader_id != lead.leader_id:
+                raise LeaderChanged(
+                    f"leader is {lead.leader_id}, not {valid.leader_id}",
+                    leader_id=lead.leader_id,
+                    version=self.client.committed_version,
+                )
         ticket = self.client.new_ticket()
         span, traceparent = tracing.start_commit(traceparent)
         entry = CommitEntry(
@@ -290,7 +317,7 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
 def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
     @app.get("/v1/version", tags=["client"], summary="Committed version and leader")
     async def version() -> Response:
-        stage.require_leader()
+        await stage.confirm_leader()
         return _json(
             {
                 "version": stage.client.committed_version,

@@ -210,7 +210,8 @@ def _ok(schema: str, description: str = "OK") -> dict[str, Any]:
 
 
 UNAVAILABLE = _error(
-    "not_leader (nothing was applied: standby, recovering, overloaded) or, for a commit, "
+    "not_leader (nothing was applied: standby, recovering, overloaded, or not confirmed as "
+    "leader by the store) or, for a commit, "
     "commit_unknown (it may have been applied: retry with the same request_id, or ask "
     "/v1/status); store_unavailable when the object store failed. A body's reason names "
     "a cause the client can act on: overloaded, or store_full (the store refuses writes "

@@ -327,6 +327,8 @@ class PersisterStage:
                     f"term {newest} was claimed after ours ({term.term})"
                 ),
                 leading=lambda: engine.failure is None,
+                give_up_after=self._config.persister.max_retry_attempts + 1,
+                on_unreachable=engine.depose,
             )
         )
         ticker = asyncio.create_task(self._tick())
@@ -472,8 +474,11 @@ class PersisterStage:
             self._interest.pop(hello.worker, None)  # a new process: it has no subscribers
         if {"sequencer", "resolver"} <= self._heard:
             self._ring_assembled.set()
-        if not self._announced or self._term is None:
-            return  # the coming announcement reaches it
+        if not self._announced or self._term is None or self._reset.is_set():
+            # The coming announcement reaches it. While a reset is pending the current term
+            # is over: a worker told of it would pass it on to a sequencer that restarted
+            # too, and that one would number the old term's versions again.
+            return
         if hello.stage == "gateway":
             log.info("gateway worker %d (re)started: announcing the term to it", hello.worker)
             self._queues.put(hello.worker, encode_batch([self._term_start(self._term)]))

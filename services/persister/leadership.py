@@ -84,8 +84,13 @@ async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Hold
     newest = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     if newest is None:
         return Holder(None, None)
-    body = await with_retries(lambda: store.get(layout.term_key(newest)), config, "read claim")
-    return Holder(newest, str(orjson.loads(body).get("pod", "")))
+    return Holder(newest, str((await _read_claim(store, newest, config)).get("pod", "")))
+
+
+async def _read_claim(store: BlobStore, term: int, config: PersisterConfig) -> dict[str, object]:
+    body = await with_retries(lambda: store.get(layout.term_key(term)), config, "read claim")
+    document: dict[str, object] = orjson.loads(body)
+    return document
 
 
 async def claim(
@@ -112,7 +117,9 @@ async def claim(
             lambda: store.put_if_absent(layout.term_key(term), body), config, "claim term"
         )
     except AlreadyExists:
-        raise LostClaim(f"term {term} was claimed by another candidate") from None
+        # A retried PUT whose first attempt landed (its answer lost) finds our own claim.
+        if (await _read_claim(store, term, config)).get("leader_id") != leader_id:
+            raise LostClaim(f"term {term} was claimed by another candidate") from None
     return Claim(term, prior, leader_id)
 
 

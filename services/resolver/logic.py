@@ -33,10 +33,19 @@ below `first_version - 1` are too_old, and a read at `first_version - 1` is chec
 
 A precondition whose version is at or above the commit's own version cannot conflict: no
 accepted commit is newer than the one being resolved.
+
+A restarted sequencer (its Hello passes through here) has lost the versions it handed out:
+if a copy of the current term's announcement reaches it before the persister's next term
+(a gateway worker that restarted with it is answered with the current term), it would
+number that term's commits again from `first_version`. So the sequencer's Hello retires the
+term here: its commits are NOT_LEADER until a different term starts (the persister opens
+one on the same Hello). A version that still goes backwards retires the term the same way,
+with an error logged, instead of crashing the stage.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,6 +55,7 @@ from services.resolver.conflicts import WriteHistory
 from weaseldb.protocol import (
     CommitEntry,
     CommitState,
+    Hello,
     PointRead,
     Precondition,
     RingEntry,
@@ -54,6 +64,8 @@ from weaseldb.protocol import (
     written_ranges,
 )
 from weaseldb.types import ConflictReason
+
+log = logging.getLogger("weaseldb.resolver")
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,8 @@ class Resolver:
 
     def start_term(self, term: TermStart) -> None:
         """Forget everything: the new term's versions start at `term.first_version`. Every
-        gateway worker forwards its own copy of the announcement: only the first counts."""
+        gateway worker forwards its own copy of the announcement: only the first counts,
+        and a term that ended here is never started again."""
         if term.term == self._term:
             return
         self._term = term.term
@@ -115,11 +128,16 @@ class Resolver:
         self._samples = deque([(self._clock(), term.first_version)])
 
     def end_term(self) -> None:
-        """Commits arriving from now on until the next term start become NOT_LEADER."""
+        """Commits arriving from now on until a different term starts become NOT_LEADER (the
+        ended term's number is kept, so a late copy of its announcement cannot restart it)."""
         self._first_version = None
-        self._term = None
         self._history = WriteHistory()  # release the memory now; a new term resets anyway
         self._samples.clear()
+
+    def _retire(self, why: str) -> None:
+        if self._first_version is not None:
+            log.warning("%s: term %s retired until the next term starts", why, self._term)
+            self.end_term()
 
     def resolve(self, entries: list[RingEntry]) -> None:
         """Fill in every entry of one ring batch, in order."""
@@ -131,13 +149,18 @@ class Resolver:
                     self._resolve_commit(entry)
             elif isinstance(entry, TermStart):
                 self.start_term(entry)
+            elif isinstance(entry, Hello) and entry.stage == "sequencer":
+                self._retire("the sequencer restarted")
 
     def _resolve_commit(self, entry: CommitEntry) -> None:
         if self._first_version is None or entry.term != self._term:
             entry.state = CommitState.NOT_LEADER  # no term, or sequenced in another one
             return
         if entry.version <= self._newest:
-            raise ValueError(f"version {entry.version} resolved after {self._newest}")
+            log.error("version %d came after %d in one term", entry.version, self._newest)
+            self._retire("versions went backwards")
+            entry.state = CommitState.NOT_LEADER
+            return
         self._newest = entry.version
         failed = self._failed(entry.preconditions)
         if failed:

@@ -412,6 +412,8 @@ def test_the_term_watch_survives_every_failure_to_look_and_still_deposes() -> No
                 interval_s=0.001,
                 on_newer=newer.append,
                 leading=lambda: not newer,
+                give_up_after=3,  # the two injected failures do not reach it
+                on_unreachable=lambda why: None,
             )
         )
         await asyncio.sleep(0.05)
@@ -426,3 +428,28 @@ def test_the_term_watch_survives_every_failure_to_look_and_still_deposes() -> No
     newer, errors = run(scenario())
     assert newer == [TOP - 1]
     assert errors >= 3  # the two injected failures, then the stray key at every round
+
+
+def test_the_term_watch_gives_up_on_a_store_that_keeps_failing() -> None:
+    """A leader that cannot look for a newer claim round after round cannot tell whether
+    it was deposed: after `give_up_after` failures in a row it stops leading."""
+
+    async def down(op: str, key: str) -> None:
+        if op == "list":
+            raise OSError("disk gone")
+
+    async def scenario() -> list[str]:
+        gave_up: list[str] = []
+        watch = watch_terms(
+            FaultyStore(MemoryStore(), down),
+            TOP,
+            interval_s=0.001,
+            on_newer=lambda newest: None,
+            leading=lambda: not gave_up,
+            give_up_after=4,
+            on_unreachable=gave_up.append,
+        )
+        await asyncio.wait_for(watch, 5)
+        return gave_up
+
+    assert run(scenario()) == ["the term watch failed 4 times in a row: OSError('disk gone')"]

@@ -11,6 +11,7 @@ from weaseldb.protocol import (
     CommitEntry,
     CommitState,
     Delete,
+    Hello,
     Operation,
     PointRead,
     Precondition,
@@ -352,8 +353,37 @@ def test_each_workers_copy_of_the_term_start_resets_only_once() -> None:
     assert probe.conflicts == [(0, "conflict")]  # history survived the second copy
 
 
-def test_versions_going_backwards_is_a_bug() -> None:
+def test_a_restarted_sequencer_retires_the_term_until_the_next_one() -> None:
+    """A sequencer and a gateway worker restart together; the worker is answered with the
+    current term, forwards it, and the new sequencer numbers that term again from its
+    first version. The resolver must not crash: those commits are NOT_LEADER (the persister
+    is opening a new term), a copy of the old announcement does not revive it, and the
+    next term is served."""
+    resolver = leading()
+    resolver.resolve([commit(1, operations=[Write(b"x", b"")]), commit(2)])
+    renumbered = commit(1)
+    resolver.resolve([Hello("sequencer"), term(1), renumbered])
+    assert renumbered.state == CommitState.NOT_LEADER
+    served = commit(3, term=2, preconditions=[PointRead(b"x", 2)])
+    resolver.resolve([term(3, number=2), served])
+    assert served.state == CommitState.ACCEPTED
+
+
+def test_versions_going_backwards_retire_the_term() -> None:
+    """Without the Hello (it cannot be lost, but if it were): logged, not a crash."""
     resolver = leading()
     resolver.resolve([commit(2)])
-    with pytest.raises(ValueError):
-        resolver.resolve([commit(2)])
+    again, later = commit(2), commit(3)
+    resolver.resolve([again, later])
+    assert again.state == later.state == CommitState.NOT_LEADER
+    resolver.resolve([term(4, number=2)])
+    fresh = commit(4, term=2)
+    resolver.resolve([fresh])
+    assert fresh.state == CommitState.ACCEPTED
+
+
+def test_a_sequencer_hello_before_any_term_changes_nothing() -> None:
+    resolver = Resolver(Window(), FakeClock())
+    first = commit(1)
+    resolver.resolve([Hello("sequencer"), term(1), first])
+    assert first.state == CommitState.ACCEPTED

@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         "--gc-grace-seconds",
         type=float,
         default=3600.0,
-        help="age after which GC removes the files of a run that never published",
+        help="readers' grace: GC deletes an old snapshot this long after a newer one was "
+        "published, and the files of an unpublished run once its heartbeat is this old",
     )
     compact.add_argument("--driver-memory", default="2g", help="Spark driver memory")
 

@@ -4,33 +4,55 @@ A separate step from compaction, safe to crash and rerun at any point:
 1. Pick the cut M: the newest published snapshot whose version is at or below every
    retention policy's version (no policy: the newest snapshot).
 2. Create the log-start marker for M (create-only; "exists" means a previous run did).
-   From here on every reader starts after M, so what follows only frees space.
+   From here on every reader starts after M, so what follows only frees space. Then read
+   the policies again: one accepted while the marker was being written may pin history
+   below M; then nothing is deleted (and a marker this run created is removed again). The
+   policies are read again before every round of deletes too.
 3. Delete the batches at M and older (never one of the newest 1000: recovery's single
-   LIST must still reach the durable region), the request-id index segments whose every
-   batch is gone, snapshots older than M (manifest first, then its files), runs of the
-   compaction job that never published (after a grace period: one may still be running),
-   and older log-start markers.
+   LIST must still reach the durable region; never one no request-id index segment
+   covers yet), the index segments whose every batch is gone and which a new term's
+   idempotency window does not read (`WindowTally`: the window outlives the batches),
+   snapshots older than M a grace period after a newer one was published (a reader or a
+   compaction may still be reading them), runs of the compaction job that stopped
+   writing without publishing (their heartbeat is older than the grace period), and
+   older log-start markers.
 
-`choose_cut` and `deletable_from` decide; `collect` does the reads and deletes.
+`choose_cut`, `deletable_from`, `WindowTally`, `expired_snapshots` and `abandoned` decide;
+`collect` does the reads and deletes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import itertools
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 import orjson
 
-from weaseldb import layout, logstart, manifest
+from weaseldb import layout, logstart, manifest, requestids
 from weaseldb.blobstore import BlobStore, NotFound, list_all
+from weaseldb.config import IdempotencyConfig
 from weaseldb.manifest import Manifest
-from weaseldb.types import MAX_IN_FLIGHT_LIMIT
+from weaseldb.requestids import Promise, SegmentHeader, SegmentSpan
+from weaseldb.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
 
-#: How old an unpublished compaction run must be before GC deletes its files.
+#: Readers' grace: an old snapshot is deleted this long after a newer one was published,
+#: and an unpublished compaction run once its heartbeat is this old.
 DEFAULT_GRACE_S = 3600.0
+#: A running compaction renews its start record this often (`RunHeartbeat`); a grace
+#: period should be several of these.
+HEARTBEAT_S = 60.0
+#: Clocks of the GC host and of the leader that stamped the request ids may disagree by up
+#: to this much: the time window GC keeps is this much longer.
+CLOCK_MARGIN_MS = 60_000
+#: The promise assumed for segments that do not record one (written before they did).
+DEFAULT_PROMISE = Promise.of(IdempotencyConfig())
 #: Deletes in flight.
 PARALLEL_DELETES = 32
 #: Suffix of the object a compaction run creates (with its start time) before writing
@@ -42,6 +64,11 @@ class RunStarted(msgspec.Struct, frozen=True):
     run: str
     version: int
     started_at: float  # seconds since the epoch
+    alive_at: float = 0.0  # the run's last heartbeat (0: none yet)
+
+    @property
+    def last_sign_of_life(self) -> float:
+        return max(self.started_at, self.alive_at)
 
 
 def run_started_key(version: int, run: str) -> str:
@@ -60,6 +87,8 @@ class GcResult:
     snapshots: int = 0
     abandoned_runs: int = 0
     markers: int = 0
+    kept_index_segments: int = 0  # whose batches are gone, kept for the idempotency window
+    kept_snapshots: int = 0  # older than the cut, still inside the readers' grace
     objects: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -70,7 +99,10 @@ class GcResult:
             f"gc: log starts after version {self.cut.version} (batch {self.cut.batch}); "
             f"deleted {self.batches} batches, {self.index_segments} index segments, "
             f"{self.snapshots} old snapshots, {self.abandoned_runs} abandoned runs, "
-            f"{self.markers} old markers ({self.objects} objects)"
+            f"{self.markers} old markers ({self.objects} objects); kept "
+            f"{self.kept_index_segments} index segments for the idempotency window and "
+            f"{self.kept_snapshots} old snapshots for readers"
+            + "".join(f"; {note}" for note in self.notes)
         )
 
 
@@ -86,14 +118,80 @@ def choose_cut(newest_first: Iterable[Manifest], policy_versions: list[int]) -> 
     return None
 
 
-def deletable_from(cut_batch: int, newest_keys: list[int]) -> int | None:
+def deletable_from(
+    cut_batch: int, newest_keys: list[int], indexed_from: int | None = None
+) -> int | None:
     """The newest batch number GC may delete (it deletes that one and every older one):
     the cut's batch, unless that is among the newest MAX_IN_FLIGHT_LIMIT batches present
-    (`newest_keys`, one LIST, newest first), which recovery's LIST must still find.
-    None: nothing may go."""
+    (`newest_keys`, one LIST, newest first), which recovery's LIST must still find, or
+    newer than `indexed_from`, the newest batch a request-id index segment covers (a new
+    term reads the batches after it for their request ids). None: nothing may go."""
     if len(newest_keys) < MAX_IN_FLIGHT_LIMIT:
         return None
-    return max(cut_batch, newest_keys[-1] + 1)
+    return max(cut_batch, newest_keys[-1] + 1, indexed_from or 0)
+
+
+@dataclass
+class WindowTally:
+    """Counts segments, newest first, until they hold what a new term's idempotency window
+    reads (`requestids.window_loaded`). From headers alone, so conservatively: a segment's
+    ids count as older than the time window only when its newest one is, by `cutoff_ms`
+    (the window and CLOCK_MARGIN_MS before now). It never stops before `load_window` would."""
+
+    promise: Promise
+    cutoff_ms: int
+    total: int = 0
+    older: int = 0
+
+    @classmethod
+    def at(cls, promise: Promise, now_ms: int) -> WindowTally:
+        return cls(promise, now_ms - promise.window_ms - CLOCK_MARGIN_MS)
+
+    def add(self, header: SegmentHeader) -> bool:
+        """Count one more segment; True once the ones counted hold the whole window."""
+        self.total += header.count
+        if header.newest_time_ms <= self.cutoff_ms:
+            self.older += header.count
+        return requestids.window_loaded(self.promise, self.total, self.older)
+
+
+def expired_snapshots(
+    newest_first: Sequence[Manifest], cut: Manifest, grace_s: float, now: float
+) -> tuple[list[Manifest], list[Manifest]]:
+    """(deletable, kept): the snapshots older than the cut, split by whether the snapshot
+    published right after each was published at least `grace_s` before `now`. A reader or
+    a compaction that started on an old snapshot while it was the newest has that long to
+    finish."""
+    deletable: list[Manifest] = []
+    kept: list[Manifest] = []
+    for newer, older in itertools.pairwise(newest_first):
+        if older.version >= cut.version:
+            continue
+        superseded_at = _published_at(newer)
+        expired = superseded_at is not None and now - superseded_at >= grace_s
+        (deletable if expired else kept).append(older)
+    return deletable, kept
+
+
+def _published_at(m: Manifest) -> float | None:
+    """When a snapshot was published (its manifest's `created_at`; None: unreadable)."""
+    try:
+        return datetime.datetime.fromisoformat(m.created_at).timestamp()
+    except ValueError:
+        return None
+
+
+def abandoned(started: RunStarted | None, grace_s: float, now: float) -> bool:
+    """An unpublished run stopped writing: it has no start record (a live job creates one
+    before anything else), or its last heartbeat is older than `grace_s`."""
+    return started is None or now - started.last_sign_of_life >= grace_s
+
+
+def pinned_below(policy_versions: list[int], cut: Manifest) -> int | None:
+    """The lowest retention policy version below the cut (history after it must stay), or
+    None when every policy allows the cut."""
+    low = min(policy_versions, default=None)
+    return low if low is not None and low < cut.version else None
 
 
 def run_of(key: str, version: int) -> str | None:
@@ -158,6 +256,10 @@ async def _no_hook(_what: str, _keys: list[str]) -> None:
     return None
 
 
+class PolicyPinned(Exception):
+    """A retention policy now pins history below the cut: stop deleting."""
+
+
 async def collect(
     store: BlobStore,
     *,
@@ -166,6 +268,7 @@ async def collect(
     before_delete: Hook = _no_hook,
 ) -> GcResult:
     result = GcResult()
+    now = time.time() if now is None else now
     published = await manifests_newest_first(store)
     if not published:
         result.notes.append("no published snapshot")
@@ -174,33 +277,61 @@ async def collect(
     if cut is None:
         result.notes.append("every snapshot is newer than a retention policy's version")
         return result
+    created = await logstart.write(store, logstart.LogStart(cut.batch, cut.term, cut.version))
+    low = pinned_below(await policy_versions(store), cut)
+    if low is not None:
+        # A policy accepted while the marker was written: nothing was deleted, so the
+        # marker can go again and readers see the history the policy pins.
+        if created:
+            await store.delete(layout.log_start_key(cut.batch))
+        result.notes.append(f"a retention policy now pins version {low}: nothing deleted")
+        return result
     result.cut = cut
-    await logstart.write(store, logstart.LogStart(cut.batch, cut.term, cut.version))
+    try:
+        await _collect_below(store, cut, published, grace_s, now, before_delete, result)
+    except PolicyPinned as e:
+        result.notes.append(f"stopped: {e}")
+    return result
 
+
+async def _collect_below(
+    store: BlobStore,
+    cut: Manifest,
+    published: list[Manifest],
+    grace_s: float,
+    now: float,
+    before_delete: Hook,
+    result: GcResult,
+) -> None:
     async def delete(what: str, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
             page = keys[start : start + 1000]
+            low = pinned_below(await policy_versions(store), cut)
+            if low is not None:
+                raise PolicyPinned(f"a retention policy now pins version {low}")
             await before_delete(what, page)
             await _delete_all(store, page)
         result.objects += len(keys)
 
+    spans = requestids.cover(await requestids.list_spans(store))
     newest = [layout.number_of(k) for k in await store.list(layout.BATCHES, limit=1000)]
-    first = deletable_from(cut.batch, newest)
+    first = deletable_from(cut.batch, newest, spans[0].newest_batch if spans else None)
     if first is None:
         result.notes.append(f"fewer than {MAX_IN_FLIGHT_LIMIT} batches: none deleted")
     else:
         result.batches = await _delete_batches(store, first, delete)
-        result.index_segments = await _delete_index_segments(store, first, delete)
-    now = time.time() if now is None else now
-    result.snapshots, result.abandoned_runs = await _delete_snapshots(
+        result.index_segments, result.kept_index_segments = await _delete_index_segments(
+            store, first, spans, int(now * 1000), delete
+        )
+    result.snapshots, result.kept_snapshots = await _delete_snapshots(
         store, cut, published, grace_s, now, delete
     )
+    result.abandoned_runs = await _delete_abandoned_runs(store, published, grace_s, now, delete)
     markers = [
         k for k in await list_all(store, layout.LOG_START) if k > layout.log_start_key(cut.batch)
     ]
     await delete("markers", markers)
     result.markers = len(markers)
-    return result
 
 
 Delete = Callable[[str, list[str]], Awaitable[None]]
@@ -212,18 +343,45 @@ async def _delete_batches(store: BlobStore, first: int, delete: Delete) -> int:
     return len(keys)
 
 
-async def _delete_index_segments(store: BlobStore, first: int, delete: Delete) -> int:
-    """Segments whose newest batch is deleted: every batch they cover is gone."""
-    keys = []
+async def _delete_index_segments(
+    store: BlobStore, first: int, spans: list[SegmentSpan], now_ms: int, delete: Delete
+) -> tuple[int, int]:
+    """Segments whose every batch is gone (their newest batch is deleted) and which lie
+    wholly beyond what a new term's idempotency window reads. (deleted, kept although
+    their batches are gone)."""
+    reach = await _window_reach(store, spans, now_ms)
+    gone, kept = [], 0
     for key in await list_all(store, layout.REQUEST_IDS):
         try:
             newest_batch, _ = layout.request_index_span(key)
         except ValueError:
             continue
-        if newest_batch >= first:
-            keys.append(key)
-    await delete("index", keys)
-    return len(keys)
+        if newest_batch < first:
+            continue  # some of its batches remain
+        if reach is not None and newest_batch <= reach:
+            kept += 1  # the window reads it
+        else:
+            gone.append(key)
+    await delete("index", gone)
+    return len(gone), kept
+
+
+async def _window_reach(store: BlobStore, spans: list[SegmentSpan], now_ms: int) -> int | None:
+    """The oldest batch a new term's window reads (None: no segment), reading headers
+    newest first only as far as needed. The promise is the one the newest segment records
+    (its leader's). `load_window` reads segments a few at a time (whole groups): so does
+    this. A segment gone while read was merged: keep every segment this time."""
+    tally: WindowTally | None = None
+    for needed, span in enumerate(spans, start=1):
+        try:
+            header, _ = await requestids.read_header(store, span.key)
+        except NotFound:
+            return NUMBER_TOP
+        if tally is None:
+            tally = WindowTally.at(header.promise or DEFAULT_PROMISE, now_ms)
+        if tally.add(header):
+            return spans[requestids.segments_read(needed, len(spans)) - 1].oldest_batch
+    return spans[-1].oldest_batch if spans else None
 
 
 async def _delete_snapshots(
@@ -234,23 +392,34 @@ async def _delete_snapshots(
     now: float,
     delete: Delete,
 ) -> tuple[int, int]:
-    """Older snapshots (manifest first, so no reader finds a manifest without its files),
-    then unpublished runs older than the grace period."""
-    old = [m for m in published if m.version < cut.version]
+    """Snapshots older than the cut and past the readers' grace (manifest first, so no
+    reader finds a manifest without its files). (deleted, kept for the grace)."""
+    old, kept = expired_snapshots(published, cut, grace_s, now)
     for stale in old:
         await delete("manifests", [stale.key])
         await delete("snapshots", await list_all(store, layout.snapshot_dir(stale.version)))
-    locations = {m.location for m in published if m.version >= cut.version}
-    abandoned = 0
+    return len(old), len(kept)
+
+
+async def _delete_abandoned_runs(
+    store: BlobStore,
+    published: list[Manifest],
+    grace_s: float,
+    now: float,
+    delete: Delete,
+) -> int:
+    """Files of compaction runs that never published and stopped writing."""
+    locations = {m.location for m in published}
+    count = 0
     for version, runs in (await _runs(store)).items():
         for run, keys in runs.items():
             if run_location(version, run) in locations:
                 continue
-            if await _is_running(store, version, run, grace_s, now):
+            if not abandoned(await _run_started(store, version, run), grace_s, now):
                 continue
             await delete("abandoned", keys)
-            abandoned += 1
-    return len(old), abandoned
+            count += 1
+    return count
 
 
 async def _runs(store: BlobStore) -> dict[int, dict[str, list[str]]]:
@@ -269,13 +438,56 @@ async def _runs(store: BlobStore) -> dict[int, dict[str, list[str]]]:
     return runs
 
 
-async def _is_running(store: BlobStore, version: int, run: str, grace_s: float, now: float) -> bool:
-    """A run without a start record was not made by a live job (it creates the record
-    before anything else); one with a record is given `grace_s` to finish."""
+async def _run_started(store: BlobStore, version: int, run: str) -> RunStarted | None:
     try:
-        started = msgspec.json.decode(
-            await store.get(run_started_key(version, run)), type=RunStarted
-        )
+        return msgspec.json.decode(await store.get(run_started_key(version, run)), type=RunStarted)
     except (NotFound, msgspec.DecodeError):
-        return False
-    return now - started.started_at < grace_s
+        return None
+
+
+class RunHeartbeat:
+    """Renews a compaction run's start record every `every_s` while the run writes, so GC
+    can tell a run that stopped from a long one (`abandoned`). A thread with its own event
+    loop and store: the driver's loop is busy only between Spark calls."""
+
+    def __init__(
+        self,
+        open_store: Callable[[], BlobStore],
+        started: RunStarted,
+        every_s: float = HEARTBEAT_S,
+    ) -> None:
+        self._open_store = open_store
+        self._started = started
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="run-heartbeat")
+
+    def start(self) -> RunHeartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Call before the run deletes its start record, so no renewal brings it back."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> RunHeartbeat:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._beat())
+
+    async def _beat(self) -> None:
+        store = self._open_store()
+        try:
+            while not await asyncio.to_thread(self._stop.wait, self._every_s):
+                alive = msgspec.structs.replace(self._started, alive_at=time.time())
+                key = run_started_key(alive.version, alive.run)
+                with contextlib.suppress(Exception):  # the next beat tries again
+                    await store.put(key, msgspec.json.encode(alive))
+        finally:
+            await store.close()

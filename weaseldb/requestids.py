@@ -14,7 +14,10 @@ docs/architecture.md, "Idempotency and the request-id index").
   front, so a lookup reads the header (cacheable: segments never change) and one bucket with
   a ranged GET. The header also records the segment's versions (to skip segments outside a
   lookup's range) and the newest valid term up to `newest` (a validity seed: the batches
-  after a segment are read starting from it).
+  after a segment are read starting from it), the time of its newest entry and the
+  idempotency settings of the leader that wrote it (`Promise`): garbage collection keeps
+  every segment a new term's window reads (`window_loaded`), whether its batches remain
+  or not.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import xxhash
 
 from weaseldb import layout
 from weaseldb.blobstore import BlobStore, NotFound, list_all
+from weaseldb.config import IdempotencyConfig
 from weaseldb.types import CorruptObject
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
@@ -81,6 +85,41 @@ def _by_hash(entries: Entries) -> Entries:
     return entries[np.lexsort((entries["lo"], entries["hi"]))]
 
 
+# The window a new term loads
+
+
+@dataclass(frozen=True)
+class Promise:
+    """The idempotency promise in numbers (weaseldb.config.IdempotencyConfig): the newest
+    `memory` ids and every id of the last `window_ms` are remembered exactly, never more
+    than `max_ids`; about `memory` more are remembered approximately (faded)."""
+
+    memory: int
+    window_ms: int
+    max_ids: int
+
+    @classmethod
+    def of(cls, config: IdempotencyConfig) -> Promise:
+        return cls(
+            config.request_id_memory,
+            int(config.request_id_window_s * 1000),
+            config.request_id_max,
+        )
+
+
+def window_loaded(promise: Promise, total: int, older: int) -> bool:
+    """Whether `total` entries, the newest ones, of which `older` are older than the time
+    window, are everything a new term's window needs: the exact window (the newest `memory`
+    ids and every one of the time window) and then `memory` older ids for the sequencer's
+    faded set, or `max_ids` + `memory` ids in all. The persister reads segments until this
+    holds (services/persister/index.py, `load_window`); garbage collection keeps every
+    segment needed until it holds (weaseldb/gc.py), so GC never shortens the window."""
+    memory = promise.memory
+    if total >= promise.max_ids + memory:
+        return True
+    return total >= 2 * memory and older >= memory
+
+
 # Segments
 
 
@@ -96,10 +135,28 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     offsets: bytes  # uint32 entry index where each bucket starts, plus the end
     checksums: bytes  # uint64 xxh64 of each bucket's bytes
     level: int = 0  # 0: written from released batches; n + 1: merged from level-n segments
+    newest_ms: int = 0  # the newest entry's time (0: not recorded; created_at_ms bounds it)
+    # The idempotency promise of the leader that wrote it (IdempotencyConfig; 0: not
+    # recorded), so garbage collection knows how many segments a new term's window reads.
+    promise_ids: int = 0  # request_id_memory
+    promise_ms: int = 0  # request_id_window_s, in ms
+    promise_max: int = 0  # request_id_max
 
     @property
     def key(self) -> str:
         return layout.request_index_key(self.newest_batch, self.oldest_batch)
+
+    @property
+    def promise(self) -> Promise | None:
+        if not self.promise_ids:
+            return None
+        return Promise(self.promise_ids, self.promise_ms, self.promise_max)
+
+    @property
+    def newest_time_ms(self) -> int:
+        """No entry is newer than this (the write time when the newest one is not recorded:
+        a segment is written after its batches)."""
+        return self.newest_ms or self.created_at_ms
 
     def bucket_of(self, hash_: int) -> int:
         return (hash_ >> (128 - self.bucket_bits)) if self.bucket_bits else 0
@@ -142,6 +199,7 @@ def encode_segment(
     last_version: int,
     created_at_ms: int,
     level: int = 0,
+    promise: Promise | None = None,
 ) -> bytes:
     rows = _by_hash(entries)
     bits = _bucket_bits(len(rows))
@@ -166,6 +224,10 @@ def encode_segment(
             offsets=offsets.tobytes(),
             checksums=checksums.tobytes(),
             level=level,
+            newest_ms=int(rows["ts_ms"].max()) if len(rows) else 0,
+            promise_ids=promise.memory if promise else 0,
+            promise_ms=promise.window_ms if promise else 0,
+            promise_max=promise.max_ids if promise else 0,
         )
     )
     prefix = _PREFIX.pack(_MAGIC, _FORMAT, len(header), xxhash.xxh64_intdigest(header))
@@ -270,8 +332,17 @@ def cover(spans: Sequence[SegmentSpan]) -> list[SegmentSpan]:
     return chosen
 
 
+#: Segments `read_recent` reads at a time (so it reads a multiple of this many, or all).
+READ_PARALLEL = 4
+
+
+def segments_read(needed: int, available: int) -> int:
+    """How many segments `read_recent` reads when the newest `needed` ones are enough."""
+    return min(available, -(-needed // READ_PARALLEL) * READ_PARALLEL)
+
+
 async def read_recent(
-    store: BlobStore, enough: Callable[[Entries], bool], *, parallel: int = 4
+    store: BlobStore, enough: Callable[[Entries], bool], *, parallel: int = READ_PARALLEL
 ) -> Entries:
     """Read whole segments newest first, `parallel` at a time, until `enough` of the entries
     read so far (oldest first) says so. A segment gone between LIST and GET was merged (the
@@ -324,8 +395,13 @@ def plan_merge(headers: Sequence[SegmentHeader]) -> list[SegmentHeader] | None:
     return None
 
 
-def merge(parts: Sequence[tuple[SegmentHeader, Entries]], created_at_ms: int) -> bytes:
-    """One segment holding every entry of `parts` (adjacent, oldest first)."""
+def merge(
+    parts: Sequence[tuple[SegmentHeader, Entries]],
+    created_at_ms: int,
+    promise: Promise | None = None,
+) -> bytes:
+    """One segment holding every entry of `parts` (adjacent, oldest first); it records
+    `promise`, else the newest part's."""
     oldest, newest = parts[0][0], parts[-1][0]
     return encode_segment(
         np.concatenate([entries for _, entries in parts]),
@@ -336,6 +412,7 @@ def merge(parts: Sequence[tuple[SegmentHeader, Entries]], created_at_ms: int) ->
         last_version=newest.last_version,
         created_at_ms=created_at_ms,
         level=oldest.level + 1,
+        promise=promise or newest.promise,
     )
 
 

@@ -261,9 +261,15 @@ class PersisterStage:
         # The term's first segment covers the tail and our own opening (and fence) batches.
         tail.newest_batch = term.next_number + 1
         tail.last_version = term.last_version
-        await write_segment(self._store, persister, tail, term.term)
+        promise = requestids.Promise.of(self._config.idempotency)
+        await write_segment(self._store, persister, tail, term.term, promise=promise)
         self._index = IndexWriter(
-            self._store, persister, term=term.term, after=tail, fullness=self._fullness
+            self._store,
+            persister,
+            term=term.term,
+            after=tail,
+            fullness=self._fullness,
+            promise=promise,
         )
         self._answers.indexed_through = term.last_version
         window = await load_window(self._store, self._config.idempotency, now_ms())

@@ -65,9 +65,15 @@ class Stretch:
 
 
 async def write_segment(
-    store: BlobStore, config: PersisterConfig, stretch: Stretch, term: int
+    store: BlobStore,
+    config: PersisterConfig,
+    stretch: Stretch,
+    term: int,
+    *,
+    promise: requestids.Promise | None = None,
 ) -> None:
-    """Create the segment (a 412 means it exists already: the same batches, the same facts)."""
+    """Create the segment (a 412 means it exists already: the same batches, the same facts).
+    It records `promise` (the idempotency settings) for garbage collection."""
     assert stretch.newest_batch is not None
     data = requestids.encode_segment(
         make_entries(stretch.rows),
@@ -77,6 +83,7 @@ async def write_segment(
         first_version=stretch.first_version,
         last_version=stretch.last_version,
         created_at_ms=int(time.time() * 1000),
+        promise=promise,
     )
     key = layout.request_index_key(stretch.newest_batch, stretch.oldest_batch)
     with contextlib.suppress(AlreadyExists):
@@ -95,11 +102,13 @@ class IndexWriter:
         term: int,
         after: Stretch,
         fullness: Fullness | None = None,
+        promise: requestids.Promise | None = None,
     ) -> None:
         self._store = store
         self._fullness = fullness or Fullness()
         self._config = config
         self._term = term
+        self._promise = promise
         # `after` is the stretch the term's first segment covered: continue right after it.
         assert after.newest_batch is not None
         self.indexed_through = after.last_version
@@ -143,7 +152,9 @@ class IndexWriter:
 
     async def _write(self, stretch: Stretch) -> None:
         try:
-            await write_segment(self._store, self._config, stretch, self._term)
+            await write_segment(
+                self._store, self._config, stretch, self._term, promise=self._promise
+            )
         except BlobError as e:
             SEGMENT_ERRORS.inc()
             if isinstance(e, StoreFull):  # said once, by `fullness`; tried again next tick
@@ -177,7 +188,9 @@ class IndexWriter:
         if run is None:
             return False
         parts = [requestids.decode_segment(await store.get(h.key), key=h.key) for h in run]
-        data = await asyncio.to_thread(requestids.merge, parts, int(time.time() * 1000))
+        data = await asyncio.to_thread(
+            requestids.merge, parts, int(time.time() * 1000), self._promise
+        )
         merged = layout.request_index_key(run[-1].newest_batch, run[0].oldest_batch)
         with contextlib.suppress(AlreadyExists):
             await with_retries(lambda: store.put_if_absent(merged, data), self._config, merged)
@@ -281,14 +294,13 @@ async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: 
     """The newest segments' entries, oldest first, until they hold the exact window (the
     newest `request_id_memory` ids and every id of the last `request_id_window_s`) and then
     `request_id_memory` ids older than both, for the sequencer's faded set (or until
-    `request_id_max` + `request_id_memory` ids in all)."""
-    memory = idempotency.request_id_memory
-    cutoff = now_ms - int(idempotency.request_id_window_s * 1000)
+    `request_id_max` + `request_id_memory` ids in all): `requestids.window_loaded`, the
+    rule garbage collection keeps segments by (weaseldb/gc.py, `WindowTally`)."""
+    promise = requestids.Promise.of(idempotency)
+    cutoff = now_ms - promise.window_ms
 
     def enough(entries: Entries) -> bool:
-        if len(entries) >= idempotency.request_id_max + memory:
-            return True
         older = int(np.searchsorted(entries["ts_ms"], cutoff, side="right"))
-        return len(entries) >= 2 * memory and older >= memory
+        return requestids.window_loaded(promise, len(entries), older)
 
     return await requestids.read_recent(store, enough)

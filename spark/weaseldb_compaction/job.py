@@ -10,7 +10,8 @@ garbage collection as a separate step (weaseldb.gc).
    cuts the key space into ranges of about equal weight (plan.partition_bounds).
 3. The fold (transforms): executors read the batches again, their point operations only
    (fetch.points); one shuffle by key range; zstd Parquet under a directory of its own,
-   `snapshots/{version:020d}/{run}/`, after a start record that tells GC the run is live.
+   `snapshots/{version:020d}/{run}/`, after a start record that tells GC the run is live
+   (renewed every minute while the run writes: GC removes a run only once it stopped).
    On a directory store every file and directory of the run is then fsynced.
 4. Publish: the manifest, created with If-None-Match: *. Losing that race to another run
    at the same version removes this run's files and ends cleanly; a run killed before it
@@ -99,11 +100,23 @@ class _Driver:
         self.loop = asyncio.new_event_loop()
         self.store: BlobStore = open_store(options.store_url)
         self.place: ParquetPlace = parquet_place(options.store_url)
+        self.heartbeat: gc.RunHeartbeat | None = None
 
     def sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coroutine)
 
+    def beat(self, started: gc.RunStarted) -> None:
+        """Renew the run's start record while it writes, so GC sees it alive."""
+        url = self.options.store_url
+        self.heartbeat = gc.RunHeartbeat(lambda: open_store(url, pool_size=1), started).start()
+
+    def stop_beating(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+
     def close(self) -> None:
+        self.stop_beating()
         self.sync(self.store.close())
         self.loop.close()
 
@@ -210,6 +223,7 @@ def _write_and_publish(
     location = gc.run_location(target.version, run_id)
     started = gc.RunStarted(run_id, target.version, time.time())
     d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
+    d.beat(started)
     samples = list(survey.samples)
     if previous is not None and previous.files:
         urls = [d.place.url(f.path) for f in previous.files]
@@ -238,6 +252,7 @@ def _write_and_publish(
     try:
         d.sync(d.store.put_if_absent(result.key, manifest.encode(result)))
     except AlreadyExists:
+        d.stop_beating()
         d.sync(_remove_run(d.store, target.version, run_id))
         return Outcome(
             "lost_race",
@@ -247,6 +262,7 @@ def _write_and_publish(
             target.count,
             target.operations,
         )
+    d.stop_beating()
     d.sync(d.store.delete(gc.run_started_key(target.version, run_id)))
     return Outcome("published", "published", result, target.count, target.operations)
 

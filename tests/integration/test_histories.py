@@ -7,6 +7,10 @@ the change stream and checked for lost, doubled, phantom and non-serializable co
 from __future__ import annotations
 
 import base64
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from functools import partial
@@ -16,7 +20,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
-from tests.support.histories import Workload, assert_history_is_clean, retried
+from tests.support.histories import LogFollower, Workload, assert_history_is_clean, retried
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -122,3 +126,39 @@ def test_history_holds_across_single_stage_restarts(tmp_path: Path, run_dir: Pat
     finally:
         workload.stop() if workload._thread and workload._thread.is_alive() else None
         services.kill()
+
+
+def test_history_holds_with_compaction_and_gc_under_load_then_a_restart(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """`weaseldb compact --gc` runs while the clients commit, deleting the front of the log
+    (each commit its own batch, so more than the 1,000 newest batches exist) and index
+    segments; then the whole set is SIGKILLed and restarted. The log is followed from
+    version 0 all along (GC truncates what a reader could fetch later); retries of
+    acknowledged commits whose batches GC deleted must keep their versions."""
+    data = tmp_path / "data"
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[persister]\nbatch_size_threshold = 1\nindex_segment_batches = 50\n")
+    extra = ["--config", str(settings)]
+    port = free_port_block()
+    cluster = ProcessSet(f"dir:{data}", port, run_dir, extra=extra).start()
+    follower = LogFollower(cluster.url).start()
+    workload = Workload(cluster.url).start()
+    wait_for(lambda: workload.count("committed") >= 1500, timeout=400, what="1500 commits")
+    compacted = subprocess.run(
+        [sys.executable, "-m", "weaseldb.cli", "compact", "--data-dir", str(data), "--gc"],
+        capture_output=True, text=True, timeout=900, env=os.environ,
+    )  # fmt: skip
+    assert compacted.returncode == 0, compacted.stdout + compacted.stderr
+    deleted = re.search(r"deleted (\d+) batches", compacted.stdout)
+    assert deleted and int(deleted.group(1)) > 0, compacted.stdout  # GC ran under the load
+    commits_grow_by(workload, 100)
+    cluster.kill()  # every process at once, commits in flight
+    workload.stop()
+    restarted = ProcessSet(f"dir:{data}", port, run_dir, extra=extra).start()
+    try:
+        retries = retried(restarted.url, workload, acknowledged_sample=200)
+        assert_history_is_clean(restarted.url, workload, retries, follower=follower)
+    finally:
+        follower.stop()
+        assert restarted.stop() == 0, restarted.log()

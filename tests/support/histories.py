@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import random
 import threading
 import time
@@ -230,6 +231,80 @@ class Logged:
     touches: list[Range]
 
 
+def _logged(data: dict[str, Any]) -> Logged:
+    return Logged(
+        int(data["version"]),
+        int(data["prev_version"]),
+        str(data["request_id"]),
+        [touched(op) for op in data["operations"]],
+    )
+
+
+@dataclass
+class LogFollower:
+    """Follows `/v1/subscribe` from version 0 in a thread, resuming after the last version
+    it saw whenever the stream breaks (a restart), so the whole log is known even when
+    garbage collection truncates its front meanwhile. A resume answered 410 is a gap: it
+    is recorded in `gaps` and the history check fails."""
+
+    url: str
+    log: list[Logged] = field(default_factory=list)
+    committed: int = 0  # the newest checkpoint's committed_version
+    gaps: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> LogFollower:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            after = self.log[-1].version if self.log else 0
+            # The set is down or restarting: resume after what we have.
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                self._follow(after)
+            self._stop.wait(0.2)
+
+    def _follow(self, after: int) -> None:
+        with (
+            httpx.Client(timeout=httpx.Timeout(10, read=40)) as client,
+            client.stream("GET", f"{self.url}/v1/subscribe", params={"after": str(after)}) as r,
+        ):
+            if r.status_code == 410:
+                self.gaps.append(f"gap: resuming after {after} answered 410: {r.read()!r}")
+                self._stop.set()
+                return
+            if r.status_code != 200:
+                return
+            for item in parse(r.iter_lines()):
+                if self._stop.is_set():
+                    return
+                if isinstance(item, str):
+                    continue
+                if item.event == "transaction":
+                    self.log.append(_logged(item.data))
+                elif item.event == "checkpoint":
+                    self.committed = int(item.data["committed_version"])
+
+    def caught_up(self, url: str, *, timeout: float = 60) -> list[Logged]:
+        """The log up to the version the set reports committed now; then stops."""
+        target = int(httpx.get(f"{url}/v1/version", timeout=10).json()["version"])
+        deadline = time.monotonic() + timeout
+        while self.committed < target and not self.gaps:
+            assert time.monotonic() < deadline, f"the follower did not reach {target}"
+            time.sleep(0.1)
+        self.stop()
+        assert not self.gaps, self.gaps
+        return list(self.log)
+
+
 def read_log(url: str, *, timeout: float = 60) -> list[Logged]:
     """Every transaction from version 1 on, through the change stream, up to the version
     the set reports committed when the read starts."""
@@ -242,15 +317,7 @@ def read_log(url: str, *, timeout: float = 60) -> list[Logged]:
                 if isinstance(item, str):
                     continue
                 if item.event == "transaction":
-                    data = item.data
-                    log.append(
-                        Logged(
-                            int(data["version"]),
-                            int(data["prev_version"]),
-                            str(data["request_id"]),
-                            [touched(op) for op in data["operations"]],
-                        )
-                    )
+                    log.append(_logged(item.data))
                 if item.event == "checkpoint" and int(item.data["committed_version"]) >= target:
                     return log
     raise AssertionError("the change stream ended before reaching the committed version")
@@ -351,12 +418,18 @@ def retried(url: str, workload: Workload, acknowledged_sample: int = 40) -> list
 
 
 def assert_history_is_clean(
-    url: str, workload: Workload, retries: list[Attempt], *, min_committed: int = 200
+    url: str,
+    workload: Workload,
+    retries: list[Attempt],
+    *,
+    min_committed: int = 200,
+    follower: LogFollower | None = None,
 ) -> list[Logged]:
-    """The log read back has no anomaly, no client got an answer outside the API's
-    vocabulary, and the run exercised what it claims to check. The log, for more checks."""
+    """The log read back (or followed all along, when GC truncates its front) has no
+    anomaly, no client got an answer outside the API's vocabulary, and the run exercised
+    what it claims to check. The log, for more checks."""
     assert not workload.unexpected, "\n".join(workload.unexpected[:10])
-    log = read_log(url)
+    log = follower.caught_up(url) if follower is not None else read_log(url)
     problems = check(log, workload.attempts, retries)
     assert not problems, "\n".join(problems[:30])
     assert workload.count("committed") >= min_committed

@@ -5,19 +5,27 @@ half-way through. Real batch format, in-memory store."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import orjson
 import pytest
 
+from services.gateway.status_lookup import IndexSearch
+from services.persister.index import load_window, read_tail
 from tests.support.logs import BatchSpec, build_log, write_log
-from weaseldb import gc, history, layout, logstart, manifest, recovery
+from weaseldb import gc, history, layout, logstart, manifest, recovery, requestids
 from weaseldb.batchfile import Batch
+from weaseldb.blobstore import open_store
 from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.config import IdempotencyConfig, PersisterConfig
 from weaseldb.manifest import Manifest, SourceBatches
 from weaseldb.protocol import Write
-from weaseldb.types import NUMBER_TOP
+from weaseldb.requestids import id_hash, make_entries
+from weaseldb.types import NUMBER_TOP, Outcome
 from weaseldb.validity import valid_flags
 
 T = TypeVar("T")
@@ -205,6 +213,40 @@ def test_recovery_read_back_seeds_at_the_marker() -> None:
     assert (found.last_version, found.newest_term) == (batches[150].last_version, NUMBER_TOP - 1)
 
 
+def segment_of(
+    batches: Sequence[Batch], ts_ms: int = 0, promise: requestids.Promise | None = None
+) -> tuple[str, bytes]:
+    """A real index segment over `batches` (oldest first), every id stamped `ts_ms`."""
+    rows = [(id_hash(t.request_id), t.version, ts_ms) for b in batches for t in b.transactions]
+    rows += [(id_hash(r), requestids.BANNED, ts_ms) for b in batches for r in b.banned]
+    key = layout.request_index_key(batches[-1].batch, batches[0].batch)
+    return key, requestids.encode_segment(
+        make_entries(rows),
+        newest_batch=batches[-1].batch,
+        oldest_batch=batches[0].batch,
+        term=batches[-1].term,
+        first_version=batches[0].first_version,
+        last_version=batches[-1].last_version,
+        created_at_ms=ts_ms,
+        promise=promise,
+    )
+
+
+async def index_every(
+    store: MemoryStore,
+    batches: Sequence[Batch],
+    per: int,
+    promise: requestids.Promise | None,
+    ts_of: Any = lambda _start: 0,
+) -> list[str]:
+    keys = []
+    for start in range(0, len(batches), per):
+        key, blob = segment_of(batches[start : start + per], ts_of(start), promise)
+        await store.put_if_absent(key, blob)
+        keys.append(key)
+    return keys
+
+
 def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
     batches = build_log([data(0, i) for i in range(1500)])
     store = run(setup(batches, 100, 300))
@@ -212,11 +254,13 @@ def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
     assert run(manifest.manifest_versions(store)) == [batches[300].last_version]
     assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(101))]
 
-    segments = [
-        layout.request_index_key(batches[i + 99].batch, batches[i].batch) for i in (0, 400, 700)
-    ]
-    for key in segments:
-        run(store.put_if_absent(key, b"index"))
+    # A window of one id: a new term reads only the newest group of four segments.
+    tiny = requestids.Promise(1, 0, 1)
+    segments = []
+    for i in (0, 400, 700, 1000, 1100, 1200, 1300):
+        key, blob = segment_of(batches[i : i + 100], promise=tiny)
+        run(store.put_if_absent(key, blob))
+        segments.append(key)
     abandoned = gc.run_location(1401, "dead")
     live = gc.run_location(1402, "live")
     run(store.put_if_absent(abandoned + "part-0.parquet", b"x"))
@@ -230,10 +274,237 @@ def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
     assert result.cut is not None and result.cut.batch == batches[450].batch
     # 0..99 is wholly deleted; 400..499 spans the cut (450) and stays, as does 700..799.
     assert [k for k in segments if k in store.objects] == segments[1:]
+    assert (result.index_segments, result.kept_index_segments) == (1, 0)
     assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(1401))]
     assert live + "part-0.parquet" in store.objects  # inside its grace period
     markers = [k for k in store.objects if k.startswith(layout.LOG_START)]
     assert markers == [layout.log_start_key(batches[450].batch)]
+
+
+def window_of(store: MemoryStore, config: IdempotencyConfig, now_ms: int) -> set[int]:
+    return set(requestids.hashes_of(run(load_window(store, config, now_ms))))
+
+
+NOW_MS = 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("config", "ts_of", "kept"),
+    [
+        # By count: 2 x 600 ids (the window, then as many for the faded set) reach back to
+        # batch 300, below the 1,000 newest that stay anyway (12 segments: 3 groups of 4).
+        pytest.param(
+            IdempotencyConfig(request_id_memory=600, request_id_window_s=0),
+            lambda _start: 0,
+            range(3, 15),
+            id="by-count",
+        ),
+        # By time: every id of the last 10 minutes (batches 500 on), then 10 older ones
+        # (segment 400..499): 11 segments, and load_window reads whole groups of four.
+        pytest.param(
+            IdempotencyConfig(request_id_memory=10, request_id_window_s=600),
+            lambda start: NOW_MS - (3_600_000 if start < 500 else 60_000),
+            range(3, 15),
+            id="by-time",
+        ),
+        # Never more than request_id_max + request_id_memory ids.
+        pytest.param(
+            IdempotencyConfig(request_id_memory=100, request_id_window_s=3600, request_id_max=1050),
+            lambda _start: NOW_MS,
+            range(3, 15),
+            id="capped",
+        ),
+    ],
+)
+def test_gc_keeps_every_index_segment_the_idempotency_window_reads(
+    config: IdempotencyConfig, ts_of: Any, kept: range
+) -> None:
+    """The window a new term loads after GC is the one it loaded before, although the
+    batches under it are gone; segments beyond it go with their batches."""
+    batches = build_log([data(0, i) for i in range(1500)])
+    store = run(setup(batches, 1200))
+    promise = requestids.Promise.of(config)
+    segments = run(index_every(store, batches, 100, promise, ts_of))
+    before = window_of(store, config, NOW_MS)
+
+    result = run(gc.collect(store, now=NOW_MS / 1000))
+
+    assert result.batches == 500  # 0..499: the 1,000 newest stay
+    assert [k for k in segments if k in store.objects] == [segments[i] for i in kept]
+    assert window_of(store, config, NOW_MS) == before
+    assert result.index_segments == 15 - len(kept)
+    assert result.kept_index_segments == 5 - (15 - len(kept))
+
+
+def test_a_segment_straddling_the_time_window_counts_as_young() -> None:
+    promise = requestids.Promise(memory=5, window_ms=1000, max_ids=100)
+    tally = gc.WindowTally.at(promise, now_ms=NOW_MS)
+    batches = build_log([data(0, i) for i in range(10)])
+
+    def header(ts_ms: int) -> requestids.SegmentHeader:
+        return requestids.decode_segment(segment_of(batches, ts_ms)[1])[0]
+
+    # The newest id of a segment decides: anything younger than window + margin is young.
+    assert not tally.add(header(NOW_MS - 1000 - gc.CLOCK_MARGIN_MS + 1))
+    assert (tally.total, tally.older) == (10, 0)
+    assert tally.add(header(NOW_MS - 1000 - gc.CLOCK_MARGIN_MS))
+    assert (tally.total, tally.older) == (20, 10)
+
+
+def test_the_promise_comes_from_the_newest_segment_or_the_defaults() -> None:
+    batches = build_log([data(0, i) for i in range(4)])
+    recorded = requestids.Promise(7, 8, 9)
+    newer = requestids.decode_segment(segment_of(batches[2:], 5, recorded)[1])[0]
+    older = requestids.decode_segment(segment_of(batches[:2], 5)[1])[0]
+    assert (newer.promise, newer.newest_time_ms) == (recorded, 5)
+    assert older.promise is None
+    assert requestids.Promise.of(IdempotencyConfig()) == gc.DEFAULT_PROMISE
+    merged = requestids.decode_segment(
+        requestids.merge(
+            [requestids.decode_segment(segment_of(b, 5)[1]) for b in (batches[:2], batches[2:])],
+            created_at_ms=99,
+            promise=recorded,
+        )
+    )[0]
+    assert (merged.promise, merged.newest_ms, merged.created_at_ms) == (recorded, 5, 99)
+
+
+def test_status_of_an_id_whose_batch_gc_removed_is_answered_from_the_index() -> None:
+    config = IdempotencyConfig(request_id_memory=600, request_id_window_s=0)
+    batches = build_log([data(0, i) for i in range(1500)])
+    store = run(setup(batches, 1200))
+    run(index_every(store, batches, 100, requestids.Promise.of(config)))
+    run(gc.collect(store))
+    gone, forgotten = batches[350].transactions[0], batches[50].transactions[0]
+    assert layout.batch_key(batches[350].batch) not in store.objects
+    search = IndexSearch(store)
+    found = run(search.search(gone.request_id, 0, 1500, upward=False))
+    assert (found.status, found.version) == (Outcome.COMMITTED, gone.version)
+    # Past the window and its batch gone: the index cannot know, and says so.
+    lost = run(search.search(forgotten.request_id, 0, 1500, upward=False))
+    assert lost.status == Outcome.LOG_TRUNCATED
+
+
+def test_gc_never_deletes_a_batch_no_index_segment_covers_yet() -> None:
+    """A new term reads the batches after the newest segment for their ids (read_tail)."""
+    batches = build_log([data(0, i) for i in range(1500)])
+    store = run(setup(batches, 1200))
+    run(index_every(store, batches[:200], 100, requestids.Promise(1, 0, 1)))
+    result = run(gc.collect(store))
+    assert result.batches == 200  # 0..199: the ones indexed
+    tail = run(read_tail(store, PersisterConfig(), opening=batches[-1].batch - 1))
+    assert len(tail.rows) == 1300 and tail.last_version == batches[-1].last_version
+
+
+def test_old_snapshots_stay_for_the_grace_after_a_newer_one_is_published() -> None:
+    batches = build_log([data(0, i) for i in range(1500)])
+    store = run(setup(batches, 100, 300))
+    newest = manifest_at(batches[300])
+    published_at = _epoch(newest.created_at)
+    result = run(gc.collect(store, now=published_at + 3599, grace_s=3600))
+    assert (result.snapshots, result.kept_snapshots) == (0, 1)
+    assert run(manifest.manifest_versions(store)) == [
+        batches[100].last_version,
+        batches[300].last_version,
+    ]
+    assert gc.run_location(batches[100].last_version, "run1") + "part-00000.parquet" in (
+        store.objects
+    )
+    result = run(gc.collect(store, now=published_at + 3600, grace_s=3600))
+    assert (result.snapshots, result.kept_snapshots) == (1, 0)
+    assert run(manifest.manifest_versions(store)) == [batches[300].last_version]
+
+
+def _epoch(created_at: str) -> float:
+    import datetime
+
+    return datetime.datetime.fromisoformat(created_at).timestamp()
+
+
+def test_a_run_is_abandoned_when_its_heartbeat_stops_not_by_its_start() -> None:
+    old_start = gc.RunStarted("r", 5, started_at=1000.0, alive_at=9000.0)
+    assert not gc.abandoned(old_start, grace_s=3600, now=10_000.0)  # beat 1,000 s ago
+    assert gc.abandoned(old_start, grace_s=3600, now=12_600.0)
+    assert gc.abandoned(None, grace_s=3600, now=0.0)
+    assert not gc.abandoned(gc.RunStarted("r", 5, 1000.0), grace_s=3600, now=4000.0)
+
+    batches = build_log([data(0, i) for i in range(3)])
+    store = run(setup(batches, 2))
+    long_run = gc.run_location(9, "long")
+    run(store.put_if_absent(long_run + "part-0.parquet", b"x"))
+    run(store.put_if_absent(gc.run_started_key(9, "long"), msgspec.json.encode(old_start)))
+    assert run(gc.collect(store, now=10_000.0, grace_s=3600)).abandoned_runs == 0
+    assert long_run + "part-0.parquet" in store.objects
+    assert run(gc.collect(store, now=12_600.0, grace_s=3600)).abandoned_runs == 1
+
+
+def test_the_heartbeat_renews_the_start_record_until_stopped(tmp_path: Path) -> None:
+    url = f"dir:{tmp_path}"
+    started = gc.RunStarted("r1", 9, started_at=time.time())
+    key = gc.run_started_key(9, "r1")
+
+    def record() -> gc.RunStarted:
+        async def read() -> bytes:
+            store = open_store(url)
+            try:
+                return await store.get(key)
+            finally:
+                await store.close()
+
+        return msgspec.json.decode(run(read()), type=gc.RunStarted)
+
+    with gc.RunHeartbeat(lambda: open_store(url), started, every_s=0.05):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if (tmp_path / key).exists() and record().alive_at > started.started_at:
+                break
+            time.sleep(0.05)
+    beat = record()
+    assert beat.alive_at > started.started_at and beat.run == "r1"
+    time.sleep(0.2)
+    assert record() == beat  # stopped: no renewal after the run is done
+
+
+class PolicyOnMarker(MemoryStore):
+    """A retention PUT that lands while GC writes its log-start marker."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__()
+        self.version = version
+
+    async def put_if_absent(self, key: str, data: bytes) -> None:
+        if key.startswith(layout.LOG_START):
+            await self.put(layout.retention_key("late"), orjson.dumps({"version": self.version}))
+        await super().put_if_absent(key, data)
+
+
+def test_a_policy_accepted_while_the_marker_is_written_stops_gc() -> None:
+    batches = build_log([data(0, i) for i in range(1500)])
+    store = PolicyOnMarker(version=250)
+    run(write_log(store, batches))
+    run(publish(store, manifest_at(batches[400])))
+    result = run(gc.collect(store))
+    assert result.cut is None and "pins version 250" in result.summary()
+    assert len(batch_keys(store)) == 1500
+    assert run(logstart.newest(store)) is None  # the marker it wrote is gone again
+    assert min(t.version for t in run(history.committed_transactions(store))) == 1
+
+
+def test_a_policy_that_appears_between_delete_rounds_stops_gc() -> None:
+    batches = build_log([data(0, i) for i in range(3200)])
+    store = run(setup(batches, 2100))
+    pages = 0
+
+    async def policy_after_first_page(what: str, _keys: list[str]) -> None:
+        nonlocal pages
+        if what == "batches":
+            pages += 1
+            if pages == 1:
+                await store.put(layout.retention_key("late"), orjson.dumps({"version": 1500}))
+
+    result = run(gc.collect(store, before_delete=policy_after_first_page))
+    assert pages == 1 and "stopped: a retention policy now pins version 1500" in result.summary()
+    assert len(batch_keys(store)) == 3200 - 1000  # the first page only
 
 
 def _started(run_id: str, version: int, at: float) -> bytes:

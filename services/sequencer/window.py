@@ -14,25 +14,35 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-
+import numpy as np
 from rbloom import Bloom
 
+from weaseldb.idring import IdRing
 from weaseldb.requestids import BANNED, Entries, hashes_of
 
-#: A time mark is taken at most this often (ms); ages are known to this precision.
-_MARK_EVERY_MS = 100
+_LOW64 = (1 << 64) - 1
+_MASK128 = (1 << 128) - 1
 _SIGNED_128 = 1 << 127
+#: An odd 128-bit multiplier: spreads a 64-bit key over both halves of the Bloom hash.
+_SPREAD = 0x9E3779B97F4A7C15F39CC0605CEDC835
 
 
-def _bloom_hash(hash_: int) -> int:
-    """rbloom wants a signed 128-bit hash; ours is already a uniform unsigned one."""
-    return hash_ - _SIGNED_128
+def window_key(hash_: int) -> int:
+    """The 64 bits of an id hash the window keys by (the low half; the persister keys its
+    outcomes by the high half, so a retry is answered from memory only when both match)."""
+    return hash_ & _LOW64
+
+
+def _bloom_hash(key: int) -> int:
+    """rbloom wants a signed 128-bit hash; from the window's 64-bit key, mixed so both of
+    the halves it derives bit positions from vary."""
+    return ((key * _SPREAD) & _MASK128) - _SIGNED_128
 
 
 class FadedIds:
-    """Ids that left the exact window. Two generations of `capacity` ids each: when the
-    newer one is full, the older is dropped, so the memory stays fixed."""
+    """Ids that left the exact window (by their 64-bit window key). Two generations of
+    `capacity` ids each: when the newer one is full, the older is dropped, so the memory
+    stays fixed."""
 
     def __init__(self, capacity: int, error_rate: float = 1e-6) -> None:
         self._capacity = capacity
@@ -47,43 +57,48 @@ class FadedIds:
     def add(self, hash_: int) -> None:
         if self._count >= self._capacity:
             self._older, self._newer, self._count = self._newer, self._new(), 0
-        self._newer.add(hash_)
+        self._newer.add(hash_ & _LOW64)  # window_key
         self._count += 1
 
     def __contains__(self, hash_: int) -> bool:
-        return hash_ in self._newer or hash_ in self._older
+        key = hash_ & _LOW64  # window_key
+        return key in self._newer or key in self._older
 
 
 class RequestIdWindow:
     """id hash -> the version it was sequenced at (BANNED for an id a status lookup banned),
-    oldest first."""
+    oldest first, in an `IdRing`: 16 bytes per id (64-bit key, version) plus its index."""
+
+    #: Bytes per id in the ring's columns (key, version).
+    BYTES_PER_ID = 16
 
     def __init__(self, memory: int, window_ms: int, hard_cap: int, faded: FadedIds) -> None:
         self._memory = memory
         self._window_ms = window_ms
         self._hard_cap = max(hard_cap, memory)
-        self._ids: OrderedDict[int, int] = OrderedDict()
-        self._added = 0  # ids ever added; the oldest kept one is number added - len
-        self._last_ms = 0  # when the newest id was added
-        # (time in ms, number of the first id added at or after it), oldest first
-        self._marks: deque[tuple[int, int]] = deque()
+        # One more than the cap: a new id is pushed before the oldest leaves (see `add`).
+        self._ids = IdRing(self._hard_cap + 1, version=np.uint64)
+        self._keys = self._ids.column("key")
+        self._versions = self._ids.column("version")
         self.faded = faded
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def get(self, hash_: int) -> int | None:
-        return self._ids.get(hash_)
+        position = self._ids.find(hash_ & _LOW64)  # window_key, inline: the hot path
+        return None if position < 0 else int(self._versions[position])
 
     def add(self, hash_: int, version: int, now_ms: int) -> None:
         """Remember an id (a ban never replaces a version: the id already has an outcome)."""
-        if hash_ in self._ids:
+        key = hash_ & _LOW64  # window_key
+        ids = self._ids
+        if ids.find(key) >= 0:
             return
-        if not self._marks or now_ms - self._marks[-1][0] >= _MARK_EVERY_MS:
-            self._marks.append((now_ms, self._added))
-        self._ids[hash_] = version
-        self._added += 1
-        self._last_ms = max(self._last_ms, now_ms)
+        # Pushed right after the lookup, it takes the empty slot the lookup ended at.
+        self._versions[ids.push(key, now_ms)] = version
+        if len(ids) > self._hard_cap:  # never past the cap, not even within a batch
+            self.faded.add(self._keys[ids.pop()])
 
     def load(self, entries: Entries) -> None:
         """Add the ids of earlier terms, oldest first (from the window file)."""
@@ -97,20 +112,8 @@ class RequestIdWindow:
         """Move ids past the window into the faded set."""
         cutoff = now_ms - self._window_ms
         ids = self._ids
-        while len(ids) > self._memory and (
-            len(ids) > self._hard_cap or self._newest_time_of_oldest() <= cutoff
-        ):
-            hash_, _ = ids.popitem(last=False)
-            self.faded.add(hash_)
-
-    def _newest_time_of_oldest(self) -> int:
-        """An upper bound on when the oldest kept id was added: the time of the mark after
-        the one it belongs to (every id before a mark was added before its time)."""
-        oldest = self._added - len(self._ids)
-        marks = self._marks
-        while len(marks) > 1 and marks[1][1] <= oldest:
-            marks.popleft()
-        return marks[1][0] if len(marks) > 1 else self._last_ms
+        while len(ids) > self._memory and ids.oldest_pushed_by() <= cutoff:
+            self.faded.add(self._keys[ids.pop()])
 
 
-__all__ = ["BANNED", "FadedIds", "RequestIdWindow"]
+__all__ = ["BANNED", "FadedIds", "RequestIdWindow", "window_key"]

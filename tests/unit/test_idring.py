@@ -1,0 +1,67 @@
+"""IdRing: packed request ids oldest first, found by key (weaseldb/idring.py)."""
+
+import random
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from services.persister.answers import Answers
+from services.sequencer.window import FadedIds, RequestIdWindow
+from weaseldb import idring
+from weaseldb.idring import INDEX_BYTES_PER_ID, IdRing
+
+
+@pytest.mark.parametrize("distance_bits", [32, 1, 2])
+@pytest.mark.parametrize("capacity", [1, 3, 64, 1000])
+def test_ring_behaves_like_an_ordered_dict(
+    capacity: int, distance_bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random pushes (some keys crowding a few home slots) and pops, past the capacity
+    (the ring grows): every key held is found with its column, none other is."""
+    monkeypatch.setattr(idring, "_DISTANCE_BITS", distance_bits)
+    rng = random.Random(capacity * 100 + distance_bits)
+    ring = IdRing(capacity, value=np.uint64)
+    model: OrderedDict[int, int] = OrderedDict()
+    for step in range(6_000):
+        if rng.random() < 0.55:
+            key = rng.getrandbits(64) if rng.random() < 0.6 else rng.randrange(capacity * 3)
+            if key in model:
+                assert ring.find(key) >= 0
+                continue
+            assert ring.find(key) == -1
+            position = ring.push(key, step)  # may grow the ring: columns are taken after
+            ring.column("value")[position] = step
+            model[key] = step
+        elif model:
+            position = ring.pop()
+            key, value = model.popitem(last=False)
+            assert (ring.column("key")[position], ring.column("value")[position]) == (key, value)
+        assert len(ring) == len(model)
+        if step % 50 == 0:
+            for key, value in model.items():
+                assert ring.column("value")[ring.find(key)] == value
+            assert ring.find(rng.getrandbits(64)) == -1
+
+
+def test_the_oldest_ids_age_is_known_to_a_mark() -> None:
+    ring = IdRing(10)
+    for i, now_ms in enumerate([0, 50, 120, 130, 400]):
+        ring.push(i + 1, now_ms)
+    assert ring.oldest_pushed_by() == 120  # the oldest is before the mark at 120
+    ring.pop()
+    ring.pop()
+    assert ring.oldest_pushed_by() == 400  # ... now in the mark of 120, before 400
+    ring.pop()
+    ring.pop()
+    assert ring.oldest_pushed_by() == 400  # the newest mark: the newest push
+
+
+def test_bytes_per_id_are_what_the_memory_limits_assume() -> None:
+    """The arrays behind each id: the figures the chart's memory limits are derived from."""
+    cap = 100_000
+    window = RequestIdWindow(cap, 0, cap, FadedIds(1024))._ids
+    answers = Answers(cap, hard_cap=cap)._outcomes
+    for ring, columns in ((window, RequestIdWindow.BYTES_PER_ID), (answers, Answers.BYTES_PER_ID)):
+        allocated = sum(a.nbytes for a in ring._arrays.values()) + ring._index.nbytes
+        assert allocated / cap == pytest.approx(columns + INDEX_BYTES_PER_ID, rel=0.001)

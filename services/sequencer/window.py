@@ -21,10 +21,13 @@ from weaseldb.idring import IdRing
 from weaseldb.requestids import BANNED, Entries, hashes_of
 
 _LOW64 = (1 << 64) - 1
+_LOW31 = (1 << 31) - 1
 _MASK128 = (1 << 128) - 1
 _SIGNED_128 = 1 << 127
 #: An odd 128-bit multiplier: spreads a 64-bit key over both halves of the Bloom hash.
 _SPREAD = 0x9E3779B97F4A7C15F39CC0605CEDC835
+#: Window-file entries turned into Python ints at a time.
+_LOAD_CHUNK = 65_536
 
 
 def window_key(hash_: int) -> int:
@@ -67,19 +70,25 @@ class FadedIds:
 
 class RequestIdWindow:
     """id hash -> the version it was sequenced at (BANNED for an id a status lookup banned),
-    oldest first, in an `IdRing`: 16 bytes per id (64-bit key, version) plus its index."""
+    oldest first, in an `IdRing`: 12 bytes per id plus its index. The key is 64 bits of the
+    hash; the version is 32 bits: 0 for BANNED, else the low 31 bits of the version shifted
+    left with the low bit set. The full version is the newest one added less the 31-bit
+    distance: every version in the window is within 2^31 of the newest, as each was
+    assigned to an id added since (a new term starts a new window) and the window holds
+    millions of ids, not billions."""
 
     #: Bytes per id in the ring's columns (key, version).
-    BYTES_PER_ID = 16
+    BYTES_PER_ID = 12
 
     def __init__(self, memory: int, window_ms: int, hard_cap: int, faded: FadedIds) -> None:
         self._memory = memory
         self._window_ms = window_ms
         self._hard_cap = max(hard_cap, memory)
         # One more than the cap: a new id is pushed before the oldest leaves (see `add`).
-        self._ids = IdRing(self._hard_cap + 1, version=np.uint64)
+        self._ids = IdRing(self._hard_cap + 1, version=np.uint32)
         self._keys = self._ids.column("key")
         self._versions = self._ids.column("version")
+        self._newest = 0  # the newest version added
         self.faded = faded
 
     def __len__(self) -> int:
@@ -87,7 +96,12 @@ class RequestIdWindow:
 
     def get(self, hash_: int) -> int | None:
         position = self._ids.find(hash_ & _LOW64)  # window_key, inline: the hot path
-        return None if position < 0 else int(self._versions[position])
+        if position < 0:
+            return None
+        stored = self._versions[position]
+        if stored == BANNED:
+            return BANNED
+        return self._newest - ((self._newest - (stored >> 1)) & _LOW31)
 
     def add(self, hash_: int, version: int, now_ms: int) -> None:
         """Remember an id (a ban never replaces a version: the id already has an outcome)."""
@@ -96,17 +110,28 @@ class RequestIdWindow:
         if ids.find(key) >= 0:
             return
         # Pushed right after the lookup, it takes the empty slot the lookup ended at.
-        self._versions[ids.push(key, now_ms)] = version
+        self._versions[ids.push(key, now_ms)] = ((version & _LOW31) << 1 | 1) if version else 0
+        self._newest = max(self._newest, version)
         if len(ids) > self._hard_cap:  # never past the cap, not even within a batch
             self.faded.add(self._keys[ids.pop()])
 
     def load(self, entries: Entries) -> None:
-        """Add the ids of earlier terms, oldest first (from the window file)."""
-        hashes = hashes_of(entries)
-        versions: list[int] = entries["version"].tolist()
-        stamps: list[int] = entries["ts_ms"].tolist()
-        for hash_, version, stamp in zip(hashes, versions, stamps, strict=True):
-            self.add(hash_, version, stamp)
+        """Add the ids of earlier terms, oldest first (from the window file), a chunk at a
+        time: as Python lists at once, a 6M-entry file would take about 800 MB (three lists of
+        6M ints). The file holds committed ids only, so its versions can lie further apart
+        than its count (rejected commits between them): one more than 2^30 below its newest
+        goes straight to the faded set (answered commit_unknown, never applied again)."""
+        newest = max(self._newest, int(entries["version"].max(initial=0)))
+        too_old = newest - (1 << 30)
+        for start in range(0, len(entries), _LOAD_CHUNK):
+            chunk = entries[start : start + _LOAD_CHUNK]
+            versions: list[int] = chunk["version"].tolist()
+            stamps: list[int] = chunk["ts_ms"].tolist()
+            for hash_, version, stamp in zip(hashes_of(chunk), versions, stamps, strict=True):
+                if version == BANNED or version > too_old:
+                    self.add(hash_, version, stamp)
+                else:
+                    self.faded.add(hash_)
 
     def expire(self, now_ms: int) -> None:
         """Move ids past the window into the faded set."""

@@ -10,6 +10,7 @@ from services.persister.answers import Answers
 from services.sequencer.window import FadedIds, RequestIdWindow
 from weaseldb import idring
 from weaseldb.idring import INDEX_BYTES_PER_ID, IdRing
+from weaseldb.requestids import BANNED, make_entries
 
 
 @pytest.mark.parametrize("distance_bits", [32, 1, 2])
@@ -65,3 +66,21 @@ def test_bytes_per_id_are_what_the_memory_limits_assume() -> None:
     for ring, columns in ((window, RequestIdWindow.BYTES_PER_ID), (answers, Answers.BYTES_PER_ID)):
         allocated = sum(a.nbytes for a in ring._arrays.values()) + ring._index.nbytes
         assert allocated / cap == pytest.approx(columns + INDEX_BYTES_PER_ID, rel=0.001)
+
+
+def test_window_versions_beyond_31_bits_come_back_whole() -> None:
+    window = RequestIdWindow(10, 0, 10, FadedIds(1024))
+    base = (1 << 31) - 2
+    for offset in range(4):  # the low 31 bits wrap between these
+        window.add(offset + 1, base + offset, 0)
+    window.add(99, BANNED, 0)
+    assert [window.get(offset + 1) for offset in range(4)] == [base + o for o in range(4)]
+    assert window.get(99) == BANNED
+
+
+def test_a_loaded_id_too_far_below_the_newest_version_is_faded_not_kept() -> None:
+    window = RequestIdWindow(10, 0, 10, FadedIds(1024))
+    newest = 5 << 30
+    window.load(make_entries([(1, newest - (1 << 30) - 1, 0), (2, newest, 0), (3, BANNED, 0)]))
+    assert window.get(1) is None and 1 in window.faded
+    assert window.get(2) == newest and window.get(3) == BANNED

@@ -84,3 +84,31 @@ def test_a_loaded_id_too_far_below_the_newest_version_is_faded_not_kept() -> Non
     window.load(make_entries([(1, newest - (1 << 30) - 1, 0), (2, newest, 0), (3, BANNED, 0)]))
     assert window.get(1) is None and 1 in window.faded
     assert window.get(2) == newest and window.get(3) == BANNED
+
+
+@pytest.mark.parametrize("count", [0, 1, 500, 1_500])
+def test_a_window_loaded_at_once_is_the_window_loaded_id_by_id(count: int) -> None:
+    """A new term's window file (oldest first, distinct ids, some bans, more than the cap
+    when `count` is): the vectorised load keeps what adding one id after another keeps."""
+    rng = random.Random(count)
+    rows = sorted(
+        (rng.getrandbits(128), v if rng.random() < 0.9 else BANNED, 1_000 + v * 7 // 3)
+        for v in range(1, count + 1)
+    )
+    rows.sort(key=lambda row: (row[2], row[1]))
+    entries = make_entries(rows)
+    at_once, one_by_one = (RequestIdWindow(200, 0, 1_000, FadedIds(4096)) for _ in range(2))
+    at_once.load(entries)
+    one_by_one._add_each(entries)
+    assert len(at_once) == len(one_by_one) == min(count, 1_000)
+    for hash_, _, _ in rows:
+        assert at_once.get(hash_) == one_by_one.get(hash_)
+        assert (hash_ in at_once.faded) == (hash_ in one_by_one.faded)
+    for now_ms in (1_000, 2_000, 3_000, 5_000):
+        assert at_once._ids.oldest_pushed_by() == one_by_one._ids.oldest_pushed_by()
+        at_once.expire(now_ms)
+        one_by_one.expire(now_ms)
+        assert len(at_once) == len(one_by_one)
+    fresh = rng.getrandbits(128)
+    at_once.add(fresh, 10**6, 6_000)
+    assert at_once.get(fresh) == 10**6

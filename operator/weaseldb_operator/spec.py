@@ -137,9 +137,7 @@ class Database:
         given = dict(self.resources.get(stage) or self.resources.get("default") or {})
         if stage not in STAGES_WITH_IDS or "memory" in (given.get("limits") or {}):
             return given
-        ids, workers = self.config.idempotency, self.config.gateway.workers
-        mib = memory_limit_mib(stage, ids.request_id_max, ids.request_id_memory, workers)
-        limit = f"{mib}Mi"
+        limit = f"{memory_limit_mib(stage, self.config)}Mi"
         return given | {
             "requests": {"memory": limit} | (given.get("requests") or {}),
             "limits": (given.get("limits") or {}) | {"memory": limit},

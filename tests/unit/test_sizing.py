@@ -11,7 +11,7 @@ from weaseldb_operator.spec import database_from
 from services.persister.answers import Answers
 from services.persister.app import WORKER_BACKLOG_BYTES
 from services.sequencer.window import RequestIdWindow
-from weaseldb import config, requestids, sizing
+from weaseldb import config, sizing
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = config.build({}).idempotency
@@ -25,17 +25,16 @@ def mib(quantity: str) -> float:
 def test_the_figures_are_the_data_structures() -> None:
     assert sizing.WINDOW_BYTES_PER_ID == RequestIdWindow.BYTES_PER_ID
     assert sizing.OUTCOME_BYTES_PER_ID == Answers.BYTES_PER_ID
-    assert requestids.ENTRY.itemsize == sizing.ENTRY_BYTES
     assert sizing.BACKLOG_BYTES == WORKER_BACKLOG_BYTES
 
 
 def test_the_defaults_at_the_5m_cap() -> None:
     """The derivation written in examples/weaseldb-minio.yaml and the chart's values."""
-    cap, memory = DEFAULTS.request_id_max, DEFAULTS.request_id_memory
-    assert (cap, memory) == (5_000_000, 1_000_000)
-    assert sizing.memory_limit_mib("sequencer", cap, memory, workers=2) == 704
-    assert sizing.memory_limit_mib("persister", cap, memory, workers=2) == 1344
-    assert sizing.memory_limit_mib("persister", cap, memory, workers=1) == 1216
+    assert (DEFAULTS.request_id_max, DEFAULTS.request_id_memory) == (5_000_000, 1_000_000)
+    two, one = config.build({"gateway": {"workers": 2}}), config.build({})
+    assert sizing.memory_limit_mib("sequencer", two) == 704
+    assert sizing.memory_limit_mib("persister", two) == 1408
+    assert sizing.memory_limit_mib("persister", one) == 1280
 
 
 def _spec_limits(spec: dict[str, Any]) -> dict[str, float]:
@@ -63,10 +62,10 @@ def _spec_limits(spec: dict[str, Any]) -> dict[str, float]:
 def test_shipped_limits_fit_the_cap_with_margin(where: str, spec: Any) -> None:
     found = spec((REPO / where).read_text())
     workers = (found.get("gateway") or {}).get("workers", 1)
+    cfg = config.build({"gateway": {"workers": workers}})
     for stage, limit in _spec_limits(found).items():
-        cap, memory = DEFAULTS.request_id_max, DEFAULTS.request_id_memory
-        assert limit == sizing.memory_limit_mib(stage, cap, memory, workers), (where, stage)
-        assert limit * 2**20 >= sizing.MARGIN * sizing.needed_bytes(stage, cap, memory, workers)
+        assert limit == sizing.memory_limit_mib(stage, cfg), (where, stage)
+        assert limit * 2**20 >= sizing.MARGIN * sizing.needed_bytes(stage, cfg)
 
 
 def _database(resources: dict[str, Any]) -> Any:
@@ -78,8 +77,8 @@ def _database(resources: dict[str, Any]) -> Any:
 def test_the_operator_derives_a_limit_only_where_none_is_given() -> None:
     db = _database({"default": {"requests": {"cpu": "100m"}}})
     assert db.container_resources("persister") == {
-        "requests": {"memory": "1344Mi", "cpu": "100m"},
-        "limits": {"memory": "1344Mi"},
+        "requests": {"memory": "1408Mi", "cpu": "100m"},
+        "limits": {"memory": "1408Mi"},
     }
     assert db.container_resources("sequencer")["limits"] == {"memory": "704Mi"}
     assert db.container_resources("resolver") == {"requests": {"cpu": "100m"}}

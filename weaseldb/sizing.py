@@ -32,7 +32,6 @@ import math
 
 from weaseldb.config import Config
 from weaseldb.idring import INDEX_BYTES_PER_ID
-from weaseldb.requestids import ENTRY, MAX_MERGE_LEVEL, MERGE_FAN_IN
 
 MIB = 1 << 20
 BASE_BYTES = 90 * MIB
@@ -40,6 +39,11 @@ BASE_BYTES = 90 * MIB
 #: RequestIdWindow.BYTES_PER_ID and Answers.BYTES_PER_ID; tests check they agree).
 WINDOW_BYTES_PER_ID = 12
 OUTCOME_BYTES_PER_ID = 12
+#: weaseldb.requestids.ENTRY's size, and the level-0 segments a level-2 merge reads
+#: (MERGE_FAN_IN ** MAX_MERGE_LEVEL): copied, not imported, as the operator imports this
+#: module and requestids brings the store clients (tests check they agree).
+ENTRY_BYTES = 32
+SEGMENTS_PER_TOP_MERGE = 64
 #: A Bloom filter at one false positive in a million: -ln(1e-6) / ln(2)^2 bits per id.
 BLOOM_BYTES_PER_ID = -math.log(1e-6) / math.log(2) ** 2 / 8
 #: Copies of window or segment entries held at once at the stage's largest moment.
@@ -58,11 +62,11 @@ def needed_bytes(stage: str, config: Config) -> int:
     if stage == "sequencer":
         window = ids.request_id_max * (WINDOW_BYTES_PER_ID + INDEX_BYTES_PER_ID)
         faded = 2 * ids.request_id_memory * BLOOM_BYTES_PER_ID
-        return int(BASE_BYTES + window + faded + window_file * ENTRY.itemsize * SEQUENCER_COPIES)
+        return int(BASE_BYTES + window + faded + window_file * ENTRY_BYTES * SEQUENCER_COPIES)
     if stage == "persister":
         outcomes = ids.request_id_max * (OUTCOME_BYTES_PER_ID + INDEX_BYTES_PER_ID)
-        merge = MERGE_FAN_IN**MAX_MERGE_LEVEL * config.persister.index_segment_ids
-        largest = max(window_file, merge) * ENTRY.itemsize * PERSISTER_COPIES
+        merge = SEGMENTS_PER_TOP_MERGE * config.persister.index_segment_ids
+        largest = max(window_file, merge) * ENTRY_BYTES * PERSISTER_COPIES
         return int(BASE_BYTES + outcomes + largest + BACKLOG_BYTES * config.gateway.workers)
     raise ValueError(f"{stage} holds no request ids")
 

@@ -11,7 +11,7 @@ from weaseldb_operator.spec import database_from
 from services.persister.answers import Answers
 from services.persister.app import WORKER_BACKLOG_BYTES
 from services.sequencer.window import RequestIdWindow
-from weaseldb import config, sizing
+from weaseldb import config, requestids, sizing
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = config.build({}).idempotency
@@ -26,6 +26,8 @@ def test_the_figures_are_the_data_structures() -> None:
     assert sizing.WINDOW_BYTES_PER_ID == RequestIdWindow.BYTES_PER_ID
     assert sizing.OUTCOME_BYTES_PER_ID == Answers.BYTES_PER_ID
     assert sizing.BACKLOG_BYTES == WORKER_BACKLOG_BYTES
+    assert requestids.ENTRY.itemsize == sizing.ENTRY_BYTES
+    assert sizing.SEGMENTS_PER_TOP_MERGE == requestids.MERGE_FAN_IN**requestids.MAX_MERGE_LEVEL
 
 
 def test_the_defaults_at_the_5m_cap() -> None:

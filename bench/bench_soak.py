@@ -149,7 +149,8 @@ def plot(samples: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def soak(seconds: float, interval: float) -> list[dict[str, Any]]:
+def soak(seconds: float, interval: float) -> tuple[list[dict[str, Any]], Any]:
+    """The samples, and the load generator's own summary (outcomes, latencies)."""
     with weaseldb("dir") as running:
         port = int(running.address.rsplit(":", 1)[1])
         processes = descendants(running.pid)
@@ -170,8 +171,8 @@ def soak(seconds: float, interval: float) -> list[dict[str, Any]]:
                     f"{last['remembered']:10,.0f} ids  version {last['committed']:,.0f}",
                     flush=True,
                 )
-        loadgen.communicate(timeout=60)
-    return samples
+        printed, _ = loadgen.communicate(timeout=60)
+    return samples, json.loads(printed) if printed.strip() else None
 
 
 def main() -> None:
@@ -182,13 +183,14 @@ def main() -> None:
     args = parser.parse_args()
     warn_if_busy()
     build_loadgen()
-    samples = soak(args.seconds, args.interval)
+    samples, loadgen = soak(args.seconds, args.interval)
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "seconds": args.seconds,
         "connections": CONNECTIONS,
         "keys": KEYS,
         "figures": summarise(samples, args.seconds),
+        "loadgen": loadgen,
         "samples": samples,
     }
     print(json.dumps(result["figures"], indent=2))

@@ -8,6 +8,8 @@ TOOLS_BIN ?= $(HOME)/.cache/weaseldb/bin
 PYTEST_ARGS ?=
 # P7 (compaction): operations in the benchmark log.
 COMPACTION_OPS ?= 10000000
+# P13 (soak): seconds at saturation (`make bench SOAK_SECONDS=120` for a short check).
+SOAK_SECONDS ?= 600
 
 .PHONY: install run test test-fast lint format tools bench clean
 
@@ -56,6 +58,7 @@ bench: install tools
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_recovery.py --store dir --counts 10,1000000
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_stage_restart.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_compaction.py --operations $(COMPACTION_OPS)
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_soak.py --seconds $(SOAK_SECONDS)
 	$(PY) bench/report.py
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.

@@ -24,6 +24,7 @@ GOALS = {
     "P6": ">= 0.8",
     "P7": ">= 1.0",
     "P9": "<= 2.0",
+    "P13": "<= 48 B; >= 0.9",
 }
 
 
@@ -126,6 +127,23 @@ def rows() -> list[tuple[str, str, str, str]]:
                 "compaction: operations/s, Spark local[2] / one process",
                 _p7(compaction),
                 GOALS["P7"],
+            )
+        )
+    soak = read("soak.json")
+    if soak:
+        figures = soak["figures"]
+        found.append(
+            (
+                "P13",
+                f"soak, {soak['seconds'] / 60:g} min at {soak['connections']} connections: "
+                "RSS growth of all processes per remembered request id; commits/s of the "
+                f"last {figures['minute_s']:g} s / the first",
+                f"{figures['P13_rss_bytes_per_remembered_id']} B "
+                f"({figures['rss_growth_bytes'] / 2**20:,.0f} MiB / "
+                f"{figures['remembered_at_end']:,} ids); {figures['P13_last_over_first']} "
+                f"({figures['commits_per_s_last_minute']:,} / "
+                f"{figures['commits_per_s_first_minute']:,} per s)",
+                GOALS["P13"],
             )
         )
     restart = read("stage-restart.json")

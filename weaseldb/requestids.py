@@ -428,4 +428,4 @@ def encode_window(entries: Entries) -> bytes:
 def decode_window(data: bytes) -> Entries:
     if not data.startswith(_WINDOW_MAGIC) or (len(data) - 4) % ENTRY.itemsize:
         raise CorruptObject("not a request-id window file")
-    return np.frombuffer(data[4:], ENTRY)
+    return np.frombuffer(data, ENTRY, offset=4)  # a view: no second copy of a large file

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from croniter import croniter
 
 from weaseldb.config import Config, ConfigError, build
+from weaseldb.sizing import STAGES_WITH_IDS, memory_limit_mib
 
 API_GROUP = "weaseldb.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -130,7 +131,17 @@ class Database:
         return self.deletion_policy == "Delete"
 
     def container_resources(self, stage: str) -> dict[str, Any]:
-        return dict(self.resources.get(stage) or self.resources.get("default") or {})
+        """The stage's own entry, else `default`; a stage that holds request ids and is
+        given no memory limit gets the one derived from the idempotency cap (requested
+        too, so it is not the first pod evicted under memory pressure)."""
+        given = dict(self.resources.get(stage) or self.resources.get("default") or {})
+        if stage not in STAGES_WITH_IDS or "memory" in (given.get("limits") or {}):
+            return given
+        limit = f"{memory_limit_mib(stage, self.config)}Mi"
+        return given | {
+            "requests": {"memory": limit} | (given.get("requests") or {}),
+            "limits": (given.get("limits") or {}) | {"memory": limit},
+        }
 
 
 def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:

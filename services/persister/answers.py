@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import numpy as np
 
+from weaseldb.idring import IdRing
 from weaseldb.protocol import (
     CommitEntry,
     CommitReply,
@@ -13,13 +14,15 @@ from weaseldb.protocol import (
     StatusEntry,
     StatusReply,
 )
+from weaseldb.requestids import id_hash
 
-#: (status, version answered, conflicts, reason, the commit's own version, when): tuples of
-#: plain str and int only, which the garbage collector stops tracking after one look. Up to a
-#: million are kept; as CommitReply objects (each with its own conflicts list) they made
-#: the persister's gen-1 collections take 160 ms and its gen-2 ones 0.5 s under load,
-#: the latency tail of P2 (docs/architecture.md, "Bounded memory").
-Remembered = tuple[str, int, tuple[tuple[int, str], ...], str, int, int]
+_LOW32 = (1 << 32) - 1
+
+
+def outcome_key(request_id: str) -> int:
+    """The 64 bits of an id's hash its outcome is found by: the high half (the sequencer's
+    window keys by the low half, so a retry gets a remembered answer only when both match)."""
+    return id_hash(request_id) >> 64
 
 
 class Answers:
@@ -32,14 +35,30 @@ class Answers:
     process's first term and rises past each outcome forgotten. An outcome is forgotten only
     when more than `memory` are kept and it is older than `window_ms`, or past `hard_cap`,
     and never before the request-id index covers its version (`indexed_through`), so a
-    status lookup finds everything below the floor in the index."""
+    status lookup finds everything below the floor in the index.
+
+    Storage (docs/architecture.md, "Bounded memory"): an `IdRing` in release order, keyed by
+    `outcome_key`, with the low 32 bits of the commit's own version (12 bytes per id plus
+    the ring's index). Every remembered version is within 2^32 of the newest one (they are
+    released in version order and the ring holds millions, not billions), so the full
+    version is the newest one less the 32-bit distance. A committed outcome is all that:
+    answered at its own version, no conflicts, no reason. A rejected one (not_committed,
+    the version committed when it was released, its conflicts) also has an entry in
+    `_rejected`, a dict by own version: it costs a few hundred bytes, as its conflicts
+    (keys) are of any length."""
+
+    #: Bytes per id in the ring's columns (key, low 32 bits of the version).
+    BYTES_PER_ID = 12
 
     def __init__(self, memory: int, *, window_ms: int = 0, hard_cap: int | None = None) -> None:
         self._memory = memory
         self._window_ms = window_ms
         self._hard_cap = max(hard_cap or memory, memory)
-        # request id -> its outcome, in release (= version) order
-        self._outcomes: OrderedDict[str, Remembered] = OrderedDict()
+        # outcomes in release (= version) order
+        self._outcomes = IdRing(self._hard_cap, version=np.uint32)
+        self._newest = 0  # the newest version remembered
+        # own version -> (version answered, conflicts) of a remembered rejection
+        self._rejected: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
         self.memory_floor = 0
         self.indexed_through = 0  # the request-id index covers every version up to this
         self._term_first_version = 0
@@ -65,11 +84,13 @@ class Answers:
         return reply
 
     def _status(self, entry: StatusEntry, committed_version: int) -> StatusReply:
-        remembered = self._outcomes.get(entry.request_id)
+        position = self._outcomes.find(outcome_key(entry.request_id))
         outcome, version = "", 0
-        if remembered is not None:
-            outcome = remembered[0]
-            version = remembered[1] if outcome == ReplyStatus.COMMITTED else 0
+        if position >= 0:
+            version = self._version_at(position)
+            outcome = ReplyStatus.COMMITTED
+            if version in self._rejected:
+                outcome, version = ReplyStatus.NOT_COMMITTED, 0
         return StatusReply(
             entry.ticket,
             entry.request_id,
@@ -141,11 +162,22 @@ class Answers:
                 return self.not_leader(entry, "the set has no term")
 
     def _original(self, entry: CommitEntry) -> CommitReply:
-        remembered = self._outcomes.get(entry.request_id)
-        if remembered is not None:
-            status, version, conflicts, reason, _, _ = remembered
+        position = self._outcomes.find(outcome_key(entry.request_id))
+        # The version check: the sequencer found the id at this version, so another version
+        # here means two ids share this key (an answer from memory needs both halves).
+        if position >= 0 and self._version_at(position) == entry.version:
+            rejected = self._rejected.get(entry.version)
+            if rejected is None:
+                return CommitReply(
+                    entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id
+                )
+            answered, conflicts = rejected
             return CommitReply(
-                entry.ticket, status, version, entry.request_id, list(conflicts), reason
+                entry.ticket,
+                ReplyStatus.NOT_COMMITTED,
+                answered,
+                entry.request_id,
+                list(conflicts),
             )
         if entry.version < self._term_first_version:
             # The sequencer knows it from the index of earlier terms, which holds only
@@ -153,26 +185,36 @@ class Answers:
             return CommitReply(entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id)
         return self.unknown(entry, "its original outcome is no longer remembered")
 
+    def _version_at(self, position: int) -> int:
+        low = self._outcomes.column("version")[position]
+        return self._newest - ((self._newest - low) & _LOW32)
+
     def _remember(self, request_id: str, reply: CommitReply, version: int, now_ms: int) -> None:
-        conflicts = tuple(reply.conflicts)
-        self._outcomes[request_id] = (
-            str(reply.status),  # the plain string: an enum member is a tracked object
-            reply.version,
-            conflicts,
-            reply.reason,
-            version,
-            now_ms,
-        )
+        outcomes = self._outcomes
+        key = outcome_key(request_id)
+        position = outcomes.find(key)
+        if position < 0:
+            position = outcomes.push(key, now_ms)
+        else:  # remembered again: keeps its place, like a dict's key
+            self._rejected.pop(self._version_at(position), None)
+        outcomes.column("version")[position] = version & _LOW32
+        self._newest = max(self._newest, version)
+        if reply.status == ReplyStatus.NOT_COMMITTED:
+            self._rejected[version] = (reply.version, tuple(reply.conflicts))
         self.forget_old(now_ms)
 
     def forget_old(self, now_ms: int) -> None:
         outcomes = self._outcomes
         while len(outcomes) > self._memory:
-            _, (_, _, _, _, version, when) = next(iter(outcomes.items()))
-            young = now_ms - when < self._window_ms and len(outcomes) <= self._hard_cap
+            version = self._version_at(outcomes.oldest)
+            young = (
+                now_ms - outcomes.oldest_pushed_by() < self._window_ms
+                and len(outcomes) <= self._hard_cap
+            )
             if young or version > self.indexed_through:
                 return
-            outcomes.popitem(last=False)
+            outcomes.pop()
+            self._rejected.pop(version, None)
             self.memory_floor = max(self.memory_floor, version + 1)
 
     def __len__(self) -> int:

@@ -22,7 +22,7 @@ from prometheus_client import Counter
 
 from services.persister.fullness import Fullness
 from services.persister.leadership import with_retries
-from weaseldb import batchfile, layout, logstart, recovery, requestids
+from weaseldb import batchfile, heap, layout, logstart, recovery, requestids
 from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore, StoreFull
 from weaseldb.config import IdempotencyConfig, PersisterConfig
 from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
@@ -174,6 +174,7 @@ class IndexWriter:
         try:
             while await self._merge_once():
                 MERGES.inc()
+            heap.give_back()  # a merge's arrays would otherwise stay as RSS (weaseldb/heap.py)
         except Exception as e:
             MERGE_ERRORS.inc()
             log.warning("request-id index merge failed (will retry): %r", e)

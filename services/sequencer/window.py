@@ -14,25 +14,48 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-
+import numpy as np
+import numpy.typing as npt
 from rbloom import Bloom
 
+from weaseldb.idring import IdRing
 from weaseldb.requestids import BANNED, Entries, hashes_of
 
-#: A time mark is taken at most this often (ms); ages are known to this precision.
-_MARK_EVERY_MS = 100
+_LOW64 = (1 << 64) - 1
+_LOW31 = (1 << 31) - 1
+_MASK128 = (1 << 128) - 1
 _SIGNED_128 = 1 << 127
+#: An odd 128-bit multiplier: spreads a 64-bit key over both halves of the Bloom hash.
+_SPREAD = 0x9E3779B97F4A7C15F39CC0605CEDC835
+#: Window-file entries turned into Python ints at a time.
+_LOAD_CHUNK = 65_536
 
 
-def _bloom_hash(hash_: int) -> int:
-    """rbloom wants a signed 128-bit hash; ours is already a uniform unsigned one."""
-    return hash_ - _SIGNED_128
+def window_key(hash_: int) -> int:
+    """The 64 bits of an id hash the window keys by (the low half; the persister keys its
+    outcomes by the high half, so a retry is answered from memory only when both match)."""
+    return hash_ & _LOW64
+
+
+def _bloom_hash(key: int) -> int:
+    """rbloom wants a signed 128-bit hash; from the window's 64-bit key, mixed so both of
+    the halves it derives bit positions from vary."""
+    return ((key * _SPREAD) & _MASK128) - _SIGNED_128
+
+
+def _ordered(stamps: npt.NDArray[np.uint64]) -> bool:
+    return bool(np.all(stamps[1:] >= stamps[:-1]))
+
+
+def _distinct(keys: npt.NDArray[np.uint64]) -> bool:
+    by_key = np.sort(keys)  # (np.unique hashes uint64 keys: 13 s for 6M here)
+    return not np.any(by_key[1:] == by_key[:-1])
 
 
 class FadedIds:
-    """Ids that left the exact window. Two generations of `capacity` ids each: when the
-    newer one is full, the older is dropped, so the memory stays fixed."""
+    """Ids that left the exact window (by their 64-bit window key). Two generations of
+    `capacity` ids each: when the newer one is full, the older is dropped, so the memory
+    stays fixed."""
 
     def __init__(self, capacity: int, error_rate: float = 1e-6) -> None:
         self._capacity = capacity
@@ -47,70 +70,111 @@ class FadedIds:
     def add(self, hash_: int) -> None:
         if self._count >= self._capacity:
             self._older, self._newer, self._count = self._newer, self._new(), 0
-        self._newer.add(hash_)
+        self._newer.add(hash_ & _LOW64)  # window_key
         self._count += 1
 
     def __contains__(self, hash_: int) -> bool:
-        return hash_ in self._newer or hash_ in self._older
+        key = hash_ & _LOW64  # window_key
+        return key in self._newer or key in self._older
 
 
 class RequestIdWindow:
     """id hash -> the version it was sequenced at (BANNED for an id a status lookup banned),
-    oldest first."""
+    oldest first, in an `IdRing`: 12 bytes per id plus its index. The key is 64 bits of the
+    hash; the version is 32 bits: 0 for BANNED, else the low 31 bits of the version shifted
+    left with the low bit set. The full version is the newest one added less the 31-bit
+    distance: every version in the window is within 2^31 of the newest, as each was
+    assigned to an id added since (a new term starts a new window) and the window holds
+    millions of ids, not billions."""
+
+    #: Bytes per id in the ring's columns (key, version).
+    BYTES_PER_ID = 12
 
     def __init__(self, memory: int, window_ms: int, hard_cap: int, faded: FadedIds) -> None:
         self._memory = memory
         self._window_ms = window_ms
         self._hard_cap = max(hard_cap, memory)
-        self._ids: OrderedDict[int, int] = OrderedDict()
-        self._added = 0  # ids ever added; the oldest kept one is number added - len
-        self._last_ms = 0  # when the newest id was added
-        # (time in ms, number of the first id added at or after it), oldest first
-        self._marks: deque[tuple[int, int]] = deque()
+        # One more than the cap: a new id is pushed before the oldest leaves (see `add`).
+        self._ids = IdRing(self._hard_cap + 1, version=np.uint32)
+        self._keys = self._ids.column("key")
+        self._versions = self._ids.column("version")
+        self._newest = 0  # the newest version added
         self.faded = faded
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def get(self, hash_: int) -> int | None:
-        return self._ids.get(hash_)
+        position = self._ids.find(hash_ & _LOW64)  # window_key, inline: the hot path
+        if position < 0:
+            return None
+        stored = self._versions[position]
+        if stored == BANNED:
+            return BANNED
+        return self._newest - ((self._newest - (stored >> 1)) & _LOW31)
 
     def add(self, hash_: int, version: int, now_ms: int) -> None:
         """Remember an id (a ban never replaces a version: the id already has an outcome)."""
-        if hash_ in self._ids:
+        key = hash_ & _LOW64  # window_key
+        ids = self._ids
+        if ids.find(key) >= 0:
             return
-        if not self._marks or now_ms - self._marks[-1][0] >= _MARK_EVERY_MS:
-            self._marks.append((now_ms, self._added))
-        self._ids[hash_] = version
-        self._added += 1
-        self._last_ms = max(self._last_ms, now_ms)
+        # Pushed right after the lookup, it takes the empty slot the lookup ended at.
+        self._versions[ids.push(key, now_ms)] = ((version & _LOW31) << 1 | 1) if version else 0
+        self._newest = max(self._newest, version)
+        if len(ids) > self._hard_cap:  # never past the cap, not even within a batch
+            self.faded.add(self._keys[ids.pop()])
 
     def load(self, entries: Entries) -> None:
-        """Add the ids of earlier terms, oldest first (from the window file)."""
-        hashes = hashes_of(entries)
-        versions: list[int] = entries["version"].tolist()
-        stamps: list[int] = entries["ts_ms"].tolist()
-        for hash_, version, stamp in zip(hashes, versions, stamps, strict=True):
-            self.add(hash_, version, stamp)
+        """Add the ids of earlier terms, oldest first (from the window file). The file holds
+        committed ids only, so its versions can lie further apart than its count (rejected
+        commits between them): one more than 2^30 below its newest goes straight to the
+        faded set (answered commit_unknown, never applied again)."""
+        newest = max(self._newest, int(entries["version"].max(initial=0)))
+        if newest > 1 << 30:
+            versions = entries["version"]
+            too_old = (versions != BANNED) & (versions <= np.uint64(newest - (1 << 30)))
+            if too_old.any():
+                self._fade(entries[too_old])
+                entries = entries[~too_old]
+            del versions, too_old
+        stamps = entries["ts_ms"]
+        if len(self._ids) or not _ordered(stamps) or not _distinct(entries["lo"]):
+            self._add_each(entries)  # what one add after another does, at ~3 us an id
+            return
+        # A new term's window, the common case: the same outcome, vectorised.
+        dropped = max(0, len(entries) - self._hard_cap)
+        self._fade(entries[:dropped])  # past the cap: add would push them out in turn
+        self._ids.fill(entries["lo"][dropped:], stamps, dropped)  # lo: window_key
+        versions = entries["version"][dropped:]
+        encoded = (versions & np.uint64(_LOW31)).astype(np.uint32)
+        encoded <<= np.uint32(1)
+        encoded |= np.uint32(1)
+        encoded[versions == BANNED] = 0
+        self._ids.array("version")[: len(encoded)] = encoded
+        self._newest = newest
+
+    def _fade(self, entries: Entries) -> None:
+        for start in range(0, len(entries), _LOAD_CHUNK):
+            for hash_ in hashes_of(entries[start : start + _LOAD_CHUNK]):
+                self.faded.add(hash_)
+
+    def _add_each(self, entries: Entries) -> None:
+        """A chunk at a time: as Python lists at once, a 6M-entry file would take about
+        800 MB (three lists of 6M ints)."""
+        for start in range(0, len(entries), _LOAD_CHUNK):
+            chunk = entries[start : start + _LOAD_CHUNK]
+            versions: list[int] = chunk["version"].tolist()
+            stamps: list[int] = chunk["ts_ms"].tolist()
+            for hash_, version, stamp in zip(hashes_of(chunk), versions, stamps, strict=True):
+                self.add(hash_, version, stamp)
 
     def expire(self, now_ms: int) -> None:
         """Move ids past the window into the faded set."""
         cutoff = now_ms - self._window_ms
         ids = self._ids
-        while len(ids) > self._memory and (
-            len(ids) > self._hard_cap or self._newest_time_of_oldest() <= cutoff
-        ):
-            hash_, _ = ids.popitem(last=False)
-            self.faded.add(hash_)
-
-    def _newest_time_of_oldest(self) -> int:
-        """An upper bound on when the oldest kept id was added: the time of the mark after
-        the one it belongs to (every id before a mark was added before its time)."""
-        oldest = self._added - len(self._ids)
-        marks = self._marks
-        while len(marks) > 1 and marks[1][1] <= oldest:
-            marks.popleft()
-        return marks[1][0] if len(marks) > 1 else self._last_ms
+        while len(ids) > self._memory and ids.oldest_pushed_by() <= cutoff:
+            self.faded.add(self._keys[ids.pop()])
 
 
-__all__ = ["BANNED", "FadedIds", "RequestIdWindow"]
+__all__ = ["BANNED", "FadedIds", "RequestIdWindow", "window_key"]

@@ -7,7 +7,7 @@ pins them to it (docs/architecture.md, "Bounded memory").
 
     cap = request_id_max, memory = request_id_memory, file = cap + memory window entries
     merge = 8 x 8 x persister.index_segment_ids entries (a level-2 index merge's input)
-    sequencer = BASE + cap x 18 B            (window: 12 B of columns + 6 B of index slots)
+    sequencer = BASE + cap x 26 B            (window: 20 B of columns + 6 B of index slots)
                      + memory x 7.2 B        (the faded ids: two Bloom generations at 1e-6)
                      + file x 32 B x 2       (a term start: the window file's bytes, and the
                                               window being built from them)
@@ -21,7 +21,7 @@ pins them to it (docs/architecture.md, "Bounded memory").
     limit     = figure x 1.25, rounded up to 64 MiB
 
 At the defaults (cap 5M, memory 1M, segments of 100k ids; 2 gateway workers): sequencer
-549 MiB -> 704 MiB, persister 1,085 MiB -> 1,408 MiB. BASE is a stage process with its
+587 MiB -> 768 MiB, persister 1,085 MiB -> 1,408 MiB. BASE is a stage process with its
 imports and buffers and no ids: 70-75 MiB measured (bench/bench_soak.py's first sample),
 rounded up to 90.
 """
@@ -37,7 +37,7 @@ MIB = 1 << 20
 BASE_BYTES = 90 * MIB
 #: Bytes per id in the sequencer's window and in the persister's outcomes (their columns:
 #: RequestIdWindow.BYTES_PER_ID and Answers.BYTES_PER_ID; tests check they agree).
-WINDOW_BYTES_PER_ID = 12
+WINDOW_BYTES_PER_ID = 20
 OUTCOME_BYTES_PER_ID = 12
 #: weaseldb.requestids.ENTRY's size, and the level-0 segments a level-2 merge reads
 #: (MERGE_FAN_IN ** MAX_MERGE_LEVEL): copied, not imported, as the operator imports this

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.sequencer.window import FadedIds, RequestIdWindow
+from services.sequencer.window import COLLIDED, FadedIds, RequestIdWindow
 from weaseldb.protocol import CommitEntry, CommitState, RingEntry, StatusEntry, TermStart
 from weaseldb.requestids import BANNED, Entries, id_hash
 
@@ -98,11 +98,11 @@ class Sequencer:
         original = self._window.get(hash_)
         if original == BANNED:
             entry.state = CommitState.BANNED
+        elif original == COLLIDED or (original is None and hash_ in self._window.faded):
+            entry.state = CommitState.UNKNOWN  # may have an outcome: never applied twice
         elif original is not None:
             entry.state = CommitState.DUPLICATE
             entry.version = original
-        elif hash_ in self._window.faded:
-            entry.state = CommitState.UNKNOWN
         elif any(p.version >= self._next_version for p in entry.preconditions):
             entry.state = CommitState.FUTURE_READ  # nobody can have read there
         else:

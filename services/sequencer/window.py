@@ -31,6 +31,11 @@ _SPREAD = 0x9E3779B97F4A7C15F39CC0605CEDC835
 _LOAD_CHUNK = 65_536
 
 
+#: What `get` answers for an id whose low 64 bits match a remembered id's but whose high
+#: ones do not: a different id, that may or may not have an outcome of its own.
+COLLIDED = -1
+
+
 def window_key(hash_: int) -> int:
     """The 64 bits of an id hash the window keys by (the low half; the persister keys its
     outcomes by the high half, so a retry is answered from memory only when both match)."""
@@ -80,23 +85,27 @@ class FadedIds:
 
 class RequestIdWindow:
     """id hash -> the version it was sequenced at (BANNED for an id a status lookup banned),
-    oldest first, in an `IdRing`: 12 bytes per id plus its index. The key is 64 bits of the
-    hash; the version is 32 bits: 0 for BANNED, else the low 31 bits of the version shifted
-    left with the low bit set. The full version is the newest one added less the 31-bit
-    distance: every version in the window is within 2^31 of the newest, as each was
-    assigned to an id added since (a new term starts a new window) and the window holds
-    millions of ids, not billions."""
+    oldest first, in an `IdRing`: 20 bytes per id plus its index. The key is the low 64
+    bits of the hash and the high 64 bits are kept beside it (`check`), so an id is found
+    only by its whole 128-bit hash: a new id that shares the low half with a remembered one
+    is `COLLIDED` (the sequencer answers it commit_unknown, never another id's outcome;
+    about 5M / 2^64 per commit at the cap). The version is 32 bits: 0 for BANNED, else the
+    low 31 bits of the version shifted left with the low bit set. The full version is the
+    newest one added less the 31-bit distance: every version in the window is within 2^31
+    of the newest, as each was assigned to an id added since (a new term starts a new
+    window) and the window holds millions of ids, not billions."""
 
-    #: Bytes per id in the ring's columns (key, version).
-    BYTES_PER_ID = 12
+    #: Bytes per id in the ring's columns (key, check, version).
+    BYTES_PER_ID = 20
 
     def __init__(self, memory: int, window_ms: int, hard_cap: int, faded: FadedIds) -> None:
         self._memory = memory
         self._window_ms = window_ms
         self._hard_cap = max(hard_cap, memory)
         # One more than the cap: a new id is pushed before the oldest leaves (see `add`).
-        self._ids = IdRing(self._hard_cap + 1, version=np.uint32)
+        self._ids = IdRing(self._hard_cap + 1, check=np.uint64, version=np.uint32)
         self._keys = self._ids.column("key")
+        self._checks = self._ids.column("check")
         self._versions = self._ids.column("version")
         self._newest = 0  # the newest version added
         self.faded = faded
@@ -108,6 +117,8 @@ class RequestIdWindow:
         position = self._ids.find(hash_ & _LOW64)  # window_key, inline: the hot path
         if position < 0:
             return None
+        if self._checks[position] != hash_ >> 64:
+            return COLLIDED
         stored = self._versions[position]
         if stored == BANNED:
             return BANNED
@@ -120,7 +131,9 @@ class RequestIdWindow:
         if ids.find(key) >= 0:
             return
         # Pushed right after the lookup, it takes the empty slot the lookup ended at.
-        self._versions[ids.push(key, now_ms)] = ((version & _LOW31) << 1 | 1) if version else 0
+        position = ids.push(key, now_ms)
+        self._checks[position] = hash_ >> 64
+        self._versions[position] = ((version & _LOW31) << 1 | 1) if version else 0
         self._newest = max(self._newest, version)
         if len(ids) > self._hard_cap:  # never past the cap, not even within a batch
             self.faded.add(self._keys[ids.pop()])
@@ -152,6 +165,7 @@ class RequestIdWindow:
         encoded |= np.uint32(1)
         encoded[versions == BANNED] = 0
         self._ids.array("version")[: len(encoded)] = encoded
+        self._ids.array("check")[: len(encoded)] = entries["hi"][dropped:]
         self._newest = newest
 
     def _fade(self, entries: Entries) -> None:
@@ -177,4 +191,4 @@ class RequestIdWindow:
             self.faded.add(self._keys[ids.pop()])
 
 
-__all__ = ["BANNED", "FadedIds", "RequestIdWindow", "window_key"]
+__all__ = ["BANNED", "COLLIDED", "FadedIds", "RequestIdWindow", "window_key"]

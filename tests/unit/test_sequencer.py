@@ -67,6 +67,19 @@ def test_an_id_past_the_window_is_unknown_never_sequenced_again() -> None:
     assert fresh.state is CommitState.SEQUENCED and fresh.version == 5
 
 
+def test_an_id_sharing_half_its_hash_with_a_remembered_one_is_unknown_not_its_duplicate() -> None:
+    """The window's ring is keyed by 64 bits of the hash: a fresh id whose low half matches
+    a remembered id's must not get that id's outcome (a commit reported but never applied)."""
+    sequencer = started(100)
+    fresh = commit("fresh-id")
+    low = id_hash("fresh-id") & ((1 << 64) - 1)
+    other = (((id_hash("fresh-id") >> 64) ^ 1) << 64) | low  # same low half, other high half
+    sequencer.sequence([StatusEntry(0, 2, "unrelated")], 0)  # a term with some history
+    sequencer._window.add(other, 42, 0)  # another id, remembered as committed at 42
+    sequencer.sequence([fresh], 0)
+    assert fresh.state is CommitState.UNKNOWN and fresh.version == 0
+
+
 def test_the_time_window_keeps_more_than_the_count() -> None:
     sequencer = started(1, memory=2, window_ms=1_000)
     sequencer.sequence([commit(f"id-{i}") for i in range(5)], now_ms=0)

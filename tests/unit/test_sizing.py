@@ -34,7 +34,7 @@ def test_the_defaults_at_the_5m_cap() -> None:
     """The derivation written in examples/weaseldb-minio.yaml and the chart's values."""
     assert (DEFAULTS.request_id_max, DEFAULTS.request_id_memory) == (5_000_000, 1_000_000)
     two, one = config.build({"gateway": {"workers": 2}}), config.build({})
-    assert sizing.memory_limit_mib("sequencer", two) == 704
+    assert sizing.memory_limit_mib("sequencer", two) == 768
     assert sizing.memory_limit_mib("persister", two) == 1408
     assert sizing.memory_limit_mib("persister", one) == 1280
 
@@ -82,7 +82,7 @@ def test_the_operator_derives_a_limit_only_where_none_is_given() -> None:
         "requests": {"memory": "1408Mi", "cpu": "100m"},
         "limits": {"memory": "1408Mi"},
     }
-    assert db.container_resources("sequencer")["limits"] == {"memory": "704Mi"}
+    assert db.container_resources("sequencer")["limits"] == {"memory": "768Mi"}
     assert db.container_resources("resolver") == {"requests": {"cpu": "100m"}}
     chosen = _database({"default": {"limits": {"memory": "3Gi"}}})
     assert chosen.container_resources("persister") == {"limits": {"memory": "3Gi"}}

@@ -52,11 +52,16 @@ async def _publish(store: BlobStore, version: int) -> None:
     await store.put_if_absent(snapshot.key, manifest.encode(snapshot))
 
 
-def _writer(root: str, parity: int, out: str) -> None:
-    """PUTs versions 2k + parity, and every fourth one a version just below the log start
-    (it must be refused); each answer with when it was asked and answered."""
+def _writer(root: str, parity: int, out: str, gc_started: Any) -> None:
+    """Once GC has cut the log for the first time, PUTs versions 2k + parity, and every
+    fourth one a version just below the log start (it must be refused); each answer with
+    when it was asked and answered."""
 
     async def main() -> list[dict[str, Any]]:
+        # A process start is slow on a loaded machine: without this wait the writers could
+        # be done before the collector's first round, and nothing would race.
+        if not gc_started.wait(120):
+            raise TimeoutError("the collector never cut the log")
         store = DirectoryStore(root)
         policies = RetentionPolicies(store)
         log: list[dict[str, Any]] = []
@@ -86,7 +91,7 @@ def _writer(root: str, parity: int, out: str) -> None:
     Path(out).write_bytes(orjson.dumps(asyncio.run(main())))
 
 
-def _collector(root: str, out: str, stop: Any) -> None:
+def _collector(root: str, out: str, stop: Any, started: Any) -> None:
     """Publishes a snapshot every few versions and garbage-collects, until told to stop;
     records each log-start marker with when it was durable."""
 
@@ -102,6 +107,7 @@ def _collector(root: str, out: str, stop: Any) -> None:
                 start = await logstart.newest(store)
                 if result.cut is not None and start is not None:
                     markers.append({"version": start.version, "durable": time.monotonic()})
+                    started.set()
                 await asyncio.sleep(0.002)
         finally:
             await store.close()
@@ -128,10 +134,14 @@ def test_two_writers_and_gc_never_move_a_policy_back_or_pin_truncated_history(
     root = tmp_path / "data"
     root.mkdir()
     spawn = multiprocessing.get_context("spawn")
-    stop = spawn.Event()
+    stop, gc_started = spawn.Event(), spawn.Event()
     outs = [tmp_path / f"writer{i}.json" for i in range(2)]
-    writers = [spawn.Process(target=_writer, args=(str(root), i, str(outs[i]))) for i in (0, 1)]
-    collector = spawn.Process(target=_collector, args=(str(root), str(tmp_path / "gc.json"), stop))
+    writers = [
+        spawn.Process(target=_writer, args=(str(root), i, str(outs[i]), gc_started)) for i in (0, 1)
+    ]
+    collector = spawn.Process(
+        target=_collector, args=(str(root), str(tmp_path / "gc.json"), stop, gc_started)
+    )
     collector.start()
     for w in writers:
         w.start()

@@ -29,10 +29,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
+from tests.support.background import Background
 from tests.support.sse import parse
 
 KEYS = [b"k%d" % i for i in range(8)]
@@ -140,24 +141,16 @@ def random_body(rng: random.Random, read_version: int) -> dict[str, Any]:
 
 
 @dataclass
-class Workload:
+class Workload(Background):
     url: str
     clients: int = 12
     seed: int = 7
     attempts: list[Attempt] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)  # answers no client should get
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    join_timeout_s: ClassVar[float] = 60
 
-    def start(self) -> Workload:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(60)
+    def _main(self) -> None:
+        asyncio.run(self._run())
 
     def count(self, outcome: str) -> int:
         return sum(a.outcome == outcome for a in self.attempts)
@@ -241,7 +234,7 @@ def _logged(data: dict[str, Any]) -> Logged:
 
 
 @dataclass
-class LogFollower:
+class LogFollower(Background):
     """Follows `/v1/subscribe` from version 0 in a thread, resuming after the last version
     it saw whenever the stream breaks (a restart), so the whole log is known even when
     garbage collection truncates its front meanwhile. A resume answered 410 is a gap: it
@@ -251,20 +244,8 @@ class LogFollower:
     log: list[Logged] = field(default_factory=list)
     committed: int = 0  # the newest checkpoint's committed_version
     gaps: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> LogFollower:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
-
-    def _run(self) -> None:
+    def _main(self) -> None:
         while not self._stop.is_set():
             after = self.log[-1].version if self.log else 0
             # The set is down or restarting: resume after what we have.

@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
 import uuid
 from dataclasses import dataclass, field
 
 import httpx
 
+from tests.support.background import Background
+
 
 @dataclass
-class Load:
+class Load(Background):
     url: str
     concurrency: int = 16
     acknowledged: dict[str, int] = field(default_factory=dict)  # request_id -> version
     errors: dict[int, int] = field(default_factory=dict)  # HTTP status -> count
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> Load:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
+    def _main(self) -> None:
+        asyncio.run(self._run())
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:

@@ -25,6 +25,19 @@ def commit(ticket: int) -> CommitEntry:
     )
 
 
+def leading_client(ring: Ring, tmp_path: Path) -> PipelineClient:
+    """Worker 0's client on `ring`, told that TERM leads."""
+    client = PipelineClient(
+        0,
+        ring.outbox(f"ipc://{tmp_path}/out"),
+        ring.inbox(f"ipc://{tmp_path}/in"),
+        VersionCell(tmp_path / "cell"),
+        timeout_s=60,
+    )
+    client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+    return client
+
+
 def test_a_term_announced_twice_does_not_give_up_on_commits_sent_between_the_copies(
     tmp_path: Path,
 ) -> None:
@@ -35,14 +48,7 @@ def test_a_term_announced_twice_does_not_give_up_on_commits_sent_between_the_cop
     async def scenario() -> tuple[bool, bool]:
         ring = Ring()
         try:
-            client = PipelineClient(
-                0,
-                ring.outbox(f"ipc://{tmp_path}/out"),
-                ring.inbox(f"ipc://{tmp_path}/in"),
-                VersionCell(tmp_path / "cell"),
-                timeout_s=60,
-            )
-            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+            client = leading_client(ring, tmp_path)
             between = client.submit(commit(1), client.new_ticket())
             client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))  # the Hello's answer
             after = client.submit(commit(2), client.new_ticket())
@@ -66,14 +72,7 @@ def test_a_full_store_answers_what_waits_and_refuses_the_rest_until_it_clears(
     async def scenario() -> None:
         ring = Ring()
         try:
-            client = PipelineClient(
-                0,
-                ring.outbox(f"ipc://{tmp_path}/out"),
-                ring.inbox(f"ipc://{tmp_path}/in"),
-                VersionCell(tmp_path / "cell"),
-                timeout_s=60,
-            )
-            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+            client = leading_client(ring, tmp_path)
             waiting = client.submit(commit(1), client.new_ticket())
             client._dispatch(Progress(0, "leader", TERM, True))
             with pytest.raises(PipelineUnavailable) as answered:

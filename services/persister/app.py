@@ -92,6 +92,14 @@ RESET = -1
 HEARTBEAT_S = 1.0
 
 
+async def _any_set(events: tuple[asyncio.Event, ...], *, at_most_s: float | None = None) -> None:
+    """Wait until one of `events` is set, or `at_most_s` seconds have passed."""
+    waits = [asyncio.create_task(event.wait()) for event in events]
+    await asyncio.wait(waits, timeout=at_most_s, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+
+
 def new_leader_id(pod_name: str) -> str:
     return f"{pod_name or socket.gethostname()}-{uuid.uuid4().hex[:12]}"
 
@@ -284,24 +292,18 @@ class PersisterStage:
                 old.unlink(missing_ok=True)
         return name
 
-    async def _stopped_within(self, seconds: float) -> bool:
-        """Wait up to `seconds`; whether a stop or a shutdown came meanwhile."""
-        waits = [asyncio.create_task(e.wait()) for e in (self._stop, self._shutdown)]
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        for task in waits:
-            task.cancel()
+    def _stopping(self) -> bool:
         return self._stop.is_set() or self._shutdown.is_set()
 
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Wait up to `seconds`; whether a stop or a shutdown came meanwhile."""
+        await _any_set((self._stop, self._shutdown), at_most_s=seconds)
+        return self._stopping()
+
     async def _wait_for_promotion(self) -> bool:
-        waits = [
-            asyncio.create_task(event.wait())
-            for event in (self._promote, self._stop, self._shutdown)
-        ]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in waits:
-            task.cancel()
+        await _any_set((self._promote, self._stop, self._shutdown))
         self._promote.clear()
-        return not (self._stop.is_set() or self._shutdown.is_set())
+        return not self._stopping()
 
     async def _serve(self, term: OpenedTerm, *, first: bool) -> int:
         engine = Engine(

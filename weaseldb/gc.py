@@ -33,9 +33,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
-import orjson
 
-from weaseldb import layout, logstart, manifest, requestids
+from weaseldb import layout, logstart, manifest, policies, requestids
 from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.config import IdempotencyConfig
 from weaseldb.manifest import Manifest
@@ -211,17 +210,8 @@ async def policy_versions(store: BlobStore) -> list[int]:
     (`layout.policy_document_key`, the version is in the key), or the version in a single
     `retention/{id}` JSON document."""
     newest: dict[str, int] = {}
-    for key in await list_all(store, layout.RETENTION):
-        entry = layout.policy_entry(key)
-        if entry is None:
-            continue
-        policy_id, version = entry
-        if version is None:
-            try:
-                version = int(orjson.loads(await store.get(key))["version"])
-            except NotFound:
-                continue  # deleted between LIST and GET: it pins nothing any more
-        newest[policy_id] = max(version, newest.get(policy_id, version))
+    for policy_id, version, _ in await policies.documents(store):  # lowest first
+        newest[policy_id] = version
     return list(newest.values())
 
 

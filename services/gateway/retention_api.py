@@ -20,11 +20,11 @@ import secrets
 from typing import Any
 
 from services.gateway import retention
-from weaseldb import history, layout
+from weaseldb import history, layout, policies
 from weaseldb.blobstore import BlobStore, NotFound, list_all
 from weaseldb.errors import Conflict
 
-#: (version, key) of a policy's documents; the version is None for an old single document.
+#: (version, key) of a policy's documents.
 Documents = list[tuple[int, str]]
 
 
@@ -78,8 +78,7 @@ class RetentionPolicies:
             raise NotFound(f"no retention policy {policy_id!r}")
         # Lowest first: until the last one goes, the policy reads as its highest version.
         for _, key in documents:
-            with contextlib.suppress(NotFound):
-                await self._store.delete(key)
+            await self._delete_quietly(key)
 
     async def all(self) -> list[dict[str, Any]]:
         ids: dict[str, None] = {}  # in order, without repeats
@@ -96,20 +95,9 @@ class RetentionPolicies:
     async def _documents(self, policy_id: str) -> Documents:
         """The policy's documents, lowest version first (an old single document is read
         for its version)."""
-        found: Documents = []
-        for key in await list_all(self._store, layout.retention_key(policy_id)):
-            entry = layout.policy_entry(key)
-            if entry is None or entry[0] != policy_id:
-                continue  # another policy whose id starts with this one
-            version = entry[1]
-            if version is None:
-                try:
-                    version = retention.decode(await self._store.get(key)).version
-                except NotFound:
-                    continue
-            found.append((version, key))
-        found.sort()
-        return found
+        listed = await policies.documents(self._store, layout.retention_key(policy_id))
+        # Not another policy whose id starts with this one.
+        return [(version, key) for id_, version, key in listed if id_ == policy_id]
 
     async def _check_retained(self, version: int) -> None:
         oldest = await history.retained_start(self._store)

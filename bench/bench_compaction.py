@@ -6,7 +6,7 @@ job on local[2] and by the single-process reference fold, on the same log, in on
 Fills a directory store with a synthetic log (16-byte keys from 1,000,000, random 100-byte
 values, 5 % deletes, 0.1 % range deletes, 1,000 operations per batch), then times
 - reference: one process reads the batches (16 reads in flight), decodes them, folds them
-  with `weaseldb.fold.reference_fold` and writes the snapshot as zstd Parquet (pyarrow);
+  with `weaseldb.core.fold.reference_fold` and writes the snapshot as zstd Parquet (pyarrow);
 - spark: `weaseldb_compaction.job.run` on a local[2] session started beforehand (session
   start is reported apart): fetch in executors, fold, Parquet, manifest.
 Both produce the same keys (checked). Writes JSON and a PNG to bench/results/.
@@ -30,13 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from systems import data_dir
 
-from weaseldb import batchfile, history, layout
-from weaseldb.batchfile import Batch, Transaction
-from weaseldb.blobstore import BlobStore
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.fold import reference_fold
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import batchfile, history, layout
+from weaseldb.core.batchfile import Batch, Transaction
+from weaseldb.core.fold import reference_fold
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 PER_BATCH, PER_TX, KEYS = 1000, 10, 1_000_000
 

@@ -36,7 +36,7 @@ def rss() -> int:
 
 def _window(ids: int) -> dict[str, Any]:
     from services.sequencer.window import FadedIds, RequestIdWindow
-    from weaseldb.requestids import id_hash
+    from weaseldb.core.requestids import id_hash
 
     hashes = [id_hash(f"req-{i}") for i in range(2 * ids)]
     before = rss()
@@ -64,7 +64,7 @@ def _window(ids: int) -> dict[str, Any]:
 
 def _answers(ids: int) -> dict[str, Any]:
     from services.persister.answers import Answers
-    from weaseldb.protocol import CommitEntry, CommitState, StatusEntry, Write
+    from weaseldb.core.protocol import CommitEntry, CommitState, StatusEntry, Write
 
     entries = []
     for i in range(2 * ids):
@@ -97,7 +97,7 @@ def _answers(ids: int) -> dict[str, Any]:
 def _sequencer(ids: int) -> dict[str, Any]:
     """`Sequencer.sequence` on ring batches of 64 fresh commits, the window full."""
     from services.sequencer.logic import Sequencer
-    from weaseldb.protocol import CommitEntry, Operation, RingEntry, TermStart, Write
+    from weaseldb.core.protocol import CommitEntry, Operation, RingEntry, TermStart, Write
 
     sequencer = Sequencer(id_memory=ids, window_ms=0, id_hard_cap=ids)
     sequencer.sequence([TermStart(1, "leader", 1, 0)], 0)

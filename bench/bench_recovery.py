@@ -28,14 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from systems import data_dir
 
 from services.persister.leadership import claim, open_term
-from weaseldb import batchfile, layout, recovery
-from weaseldb.batchfile import Batch, Transaction
-from weaseldb.blobstore import BlobStore, open_store
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.blobstore.metered import MeteredStore
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import Write
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import batchfile, layout, recovery
+from weaseldb.core.batchfile import Batch, Transaction
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import Write
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.directory import DirectoryStore
+from weaseldb.runtime.stores.metered import MeteredStore
 
 TERM = NUMBER_TOP
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from services.resolver.conflicts import WriteHistory
 from services.resolver.logic import Resolver, Window
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     PointRead,

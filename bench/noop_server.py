@@ -1,5 +1,5 @@
 """A no-op POST on exactly the commit route's HTTP stack: uvicorn with the gateway's
-protocol (weaseldb.service.HttpServer: httptools, the request deadline) on uvloop, a plain
+protocol (weaseldb.runtime.service.HttpServer: httptools, the request deadline) on uvloop, a plain
 ASGI app that reads the body and answers a small JSON document, as `CommitRoute` does.
 It is the ceiling for P3 (performance.md): commit throughput divided by this.
 
@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from weaseldb.service import HttpServer, listening_socket
+from weaseldb.runtime.service import HttpServer, listening_socket
 
 ANSWER = b'{"status":"committed","version":1,"leader_id":"noop","request_id":"noop"}'
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]

@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # noqa: E402
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
 from tests.support.waiting import http_ok, stop_process, wait_for  # noqa: E402
-from weaseldb import config  # noqa: E402
-from weaseldb.cli import STAGES, gateway_for_host  # noqa: E402
+from weaseldb.core import config  # noqa: E402
+from weaseldb_cli.main import STAGES, gateway_for_host  # noqa: E402
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 LOADGEN = TOOLS / "loadgen"
@@ -193,7 +193,7 @@ GC_PAUSE = "weaseldb_gc_pause_seconds"
 
 def stall_samples(gateway_port: int) -> dict[str, dict[str, float]]:
     """Every process's cumulative event-loop lag histogram and GC pause counts and sums
-    (weaseldb/stalls.py), keyed by its `process` label; a sample is keyed by its name and
+    (weaseldb/runtime/stalls.py), keyed by its `process` label; a sample is keyed by its name and
     its `le` (lag buckets) or `generation` (GC)."""
     found: dict[str, dict[str, float]] = {}
     for offset, stage in enumerate(STAGES):  # `weaseldb up --port` gives them in this order

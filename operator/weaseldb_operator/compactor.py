@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from weaseldb.blobstore import BlobError
+from weaseldb.core.store import BlobError
 from weaseldb_operator import compaction
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for

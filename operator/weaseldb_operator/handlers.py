@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from weaseldb.blobstore import BlobError
+from weaseldb.core.store import BlobError
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for

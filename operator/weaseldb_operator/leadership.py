@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.resources import LEADER, STANDBY
 

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter
 
-from weaseldb.blobstore import BlobError
+from weaseldb.core.store import BlobError
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type

@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 
 from croniter import croniter
 
-from weaseldb.config import Config, ConfigError, build
-from weaseldb.sizing import STAGES_WITH_IDS, memory_limit_mib
+from weaseldb.core.config import Config, ConfigError, build
+from weaseldb.core.sizing import STAGES_WITH_IDS, memory_limit_mib
 
 API_GROUP = "weaseldb.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -78,7 +78,7 @@ class Storage:
 
     @property
     def url(self) -> str:
-        """The store URL the services and the operator open (see weaseldb.blobstore)."""
+        """The store URL the services and the operator open (see weaseldb.core.store)."""
         query = {"endpoint": self.endpoint, "region": self.region}
         return (
             f"s3://{self.bucket}/{self.prefix}?{urlencode({k: v for k, v in query.items() if v})}"

@@ -11,8 +11,9 @@ import asyncio
 
 import orjson
 
-from weaseldb import layout, manifest, recovery
-from weaseldb.blobstore import BlobStore, NotFound, open_store
+from weaseldb.core import layout, manifest, recovery
+from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.runtime.stores import open_store
 from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage
 

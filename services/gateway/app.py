@@ -26,11 +26,8 @@ from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.streams import SUBSCRIBE_PATH, ChangeStreams
-from weaseldb import tracing
-from weaseldb.blobstore import open_store
-from weaseldb.blobstore.metered import MeteredStore
-from weaseldb.config import Config
-from weaseldb.errors import (
+from weaseldb.core.config import Config
+from weaseldb.core.errors import (
     BadRequest,
     CommitUnknown,
     LeaderChanged,
@@ -38,12 +35,15 @@ from weaseldb.errors import (
     NotLeader,
     TooLarge,
 )
-from weaseldb.layout import is_newer_term
-from weaseldb.protocol import CommitEntry, CommitReply, ReplyStatus
-from weaseldb.ring import Endpoints, Ring
-from weaseldb.service import Health, HttpServer, add_operations_routes
-from weaseldb.types import Outcome
-from weaseldb.versioncell import VersionCell
+from weaseldb.core.layout import is_newer_term
+from weaseldb.core.protocol import CommitEntry, CommitReply, ReplyStatus
+from weaseldb.core.types import Outcome
+from weaseldb.runtime import tracing
+from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.service import Health, HttpServer, add_operations_routes
+from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.metered import MeteredStore
+from weaseldb.runtime.versioncell import VersionCell
 
 log = logging.getLogger("weaseldb.gateway")
 

@@ -1,6 +1,6 @@
 """The only place errors become HTTP answers.
 
-`TABLE` maps the error tree of weaseldb.errors to HTTP, matched along each error's class
+`TABLE` maps the error tree of weaseldb.core.errors to HTTP, matched along each error's class
 hierarchy (like Starlette's exception handlers), so an error class added later lands on its
 nearest ancestor's answer. Every body is JSON: ``{"error": code, "message": text, ...}``,
 with ``"reason"`` where the client can act on the cause (``store_full``, ``overloaded``:
@@ -23,7 +23,7 @@ from starlette.routing import Match
 from starlette.types import Send
 
 from services.gateway.retention import BelowLogStart
-from weaseldb.errors import (
+from weaseldb.core.errors import (
     BadRequest,
     CommitUnknown,
     Conflict,

@@ -12,10 +12,10 @@ from services.gateway import status as status_logic
 from services.gateway.errors import STORE_FULL
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.status_lookup import IndexSearch
-from weaseldb.blobstore import BlobStore
-from weaseldb.errors import BadRequest, NotLeader
-from weaseldb.protocol import StatusEntry, StatusReply
-from weaseldb.types import Outcome
+from weaseldb.core.errors import BadRequest, NotLeader
+from weaseldb.core.protocol import StatusEntry, StatusReply
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Outcome
 
 STATUS = Counter(
     "weaseldb_gateway_status_lookups_total",

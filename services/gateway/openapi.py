@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from weaseldb.config import GatewayConfig
+from weaseldb.core.config import GatewayConfig
 
 JSON = "application/json"
 #: Versions are unsigned, and stay below 2**63 (a long in Parquet snapshots and in msgspec).

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.gateway.errors import STORE_FULL
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     AcceptedEvents,
     CommitReply,
     Hello,
@@ -39,8 +39,8 @@ from weaseldb.protocol import (
     decode_replies,
     encode_batch,
 )
-from weaseldb.ring import Inbox, Outbox
-from weaseldb.versioncell import VersionCell
+from weaseldb.runtime.ring import Inbox, Outbox
+from weaseldb.runtime.versioncell import VersionCell
 
 log = logging.getLogger("weaseldb.gateway")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from weaseldb import recovery
-from weaseldb.blobstore import BlobStore
+from weaseldb.core import recovery
+from weaseldb.core.store import BlobStore
 
 
 class TermProbe:

@@ -17,8 +17,8 @@ from typing import Annotated
 
 import msgspec
 
-from weaseldb.errors import BadRequest
-from weaseldb.protocol import (
+from weaseldb.core.errors import BadRequest
+from weaseldb.core.protocol import (
     Delete,
     Operation,
     PointRead,

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from services.gateway.requests import duplicate_key
-from weaseldb.errors import BadRequest, Conflict, CorruptObject
+from weaseldb.core.errors import BadRequest, Conflict, CorruptObject
 
 #: 1..128 of letters, digits, '.', '_' and '-', not starting with '.' (so never "." or "..",
 #: and never a hidden file in a directory store). fullmatch: `$` would accept a final "\n".

@@ -20,9 +20,9 @@ import secrets
 from typing import Any
 
 from services.gateway import retention
-from weaseldb import history, layout, policies
-from weaseldb.blobstore import BlobStore, NotFound, list_all
-from weaseldb.errors import Conflict
+from weaseldb.core import history, layout, policies
+from weaseldb.core.errors import Conflict
+from weaseldb.core.store import BlobStore, NotFound, list_all
 
 #: (version, key) of a policy's documents.
 Documents = list[tuple[int, str]]

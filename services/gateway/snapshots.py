@@ -1,5 +1,5 @@
 """GET /v1/snapshots: the published compaction snapshots, newest first (manifests are
-checksum-verified; see weaseldb/manifest.py)."""
+checksum-verified; see weaseldb/core/manifest.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 
 from services.gateway import retention
-from weaseldb import manifest
-from weaseldb.blobstore import BlobStore, NotFound
-from weaseldb.errors import CorruptObject
+from weaseldb.core import manifest
+from weaseldb.core.errors import CorruptObject
+from weaseldb.core.store import BlobStore, NotFound
 
 log = logging.getLogger("weaseldb.gateway")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from weaseldb.protocol import Delete, EventTransaction, Operation, Write
+from weaseldb.core.protocol import Delete, EventTransaction, Operation, Write
 
 KEEPALIVE = b": keepalive\n\n"
 

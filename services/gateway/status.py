@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weaseldb.protocol import StatusReply
-from weaseldb.types import Outcome
+from weaseldb.core.protocol import StatusReply
+from weaseldb.core.types import Outcome
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from services.gateway import status as status_logic
-from weaseldb import requestids
-from weaseldb.blobstore import BlobStore, NotFound
-from weaseldb.requestids import BANNED, SegmentHeader, SegmentSpan
-from weaseldb.types import Outcome
+from weaseldb.core import requestids
+from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan
+from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.types import Outcome
 
 #: Segment headers kept per gateway worker (a header is ~16 bytes per bucket).
 HEADER_CACHE = 4096

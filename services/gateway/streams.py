@@ -1,7 +1,7 @@
 """GET /v1/subscribe: the change stream as Server-Sent Events (api.md; decisions in
 docs/api.md). Served as plain ASGI: the response streams for as long as the client stays.
 
-History comes from the store (weaseldb.history), live events from the worker's `Hub`
+History comes from the store (weaseldb.core.history), live events from the worker's `Hub`
 (services/gateway/subscriptions.py), handed over with no gap and no duplicate.
 """
 
@@ -21,11 +21,10 @@ from services.gateway.errors import send_error
 from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.subscriptions import CLOSED_SLOW, Hub, Subscriber
-from weaseldb import history
-from weaseldb.blobstore import BlobStore
-from weaseldb.config import Config
-from weaseldb.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
-from weaseldb.protocol import (
+from weaseldb.core import history
+from weaseldb.core.config import Config
+from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
+from weaseldb.core.protocol import (
     AcceptedEvents,
     DurableEvents,
     EventTransaction,
@@ -34,6 +33,7 @@ from weaseldb.protocol import (
     Shutdown,
     TermStart,
 )
+from weaseldb.core.store import BlobStore
 
 log = logging.getLogger("weaseldb.gateway")
 

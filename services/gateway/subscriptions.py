@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from services.gateway import sse
-from weaseldb.protocol import AcceptedEvents, DurableEvents, EventTransaction
+from weaseldb.core.protocol import AcceptedEvents, DurableEvents, EventTransaction
 
 CLOSED_SLOW = "slow_consumer"
 CLOSED_LEADER = "leader_changed"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from weaseldb.idring import IdRing
-from weaseldb.protocol import (
+from weaseldb.core.idring import IdRing
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitReply,
     CommitState,
@@ -14,7 +14,7 @@ from weaseldb.protocol import (
     StatusEntry,
     StatusReply,
 )
-from weaseldb.requestids import id_hash
+from weaseldb.core.requestids import id_hash
 
 _LOW32 = (1 << 32) - 1
 

@@ -39,11 +39,9 @@ from services.persister.leadership import (
 from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
-from weaseldb import requestids, tracing
-from weaseldb.blobstore import BlobStore, StoreFull
-from weaseldb.blobstore.metered import MeteredStore
-from weaseldb.config import Config
-from weaseldb.protocol import (
+from weaseldb.core import requestids
+from weaseldb.core.config import Config
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     DurableEvents,
@@ -62,10 +60,13 @@ from weaseldb.protocol import (
     encode_batch,
     encode_shared,
 )
-from weaseldb.ring import Endpoints, Ring
-from weaseldb.service import Health, HttpServer, read_port_file, replace_file, stage_app
-from weaseldb.types import NotLeader
-from weaseldb.versioncell import VersionCell
+from weaseldb.core.store import BlobStore, StoreFull
+from weaseldb.core.types import NotLeader
+from weaseldb.runtime import tracing
+from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.service import Health, HttpServer, read_port_file, replace_file, stage_app
+from weaseldb.runtime.stores.metered import MeteredStore
+from weaseldb.runtime.versioncell import VersionCell
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -525,7 +526,7 @@ class PersisterStage:
                 self._release_entry(entry, slot, now)
         if self._index is not None:
             self._answers.indexed_through = self._index.indexed_through
-        # Raise the shared version before any answer leaves (see weaseldb.versioncell).
+        # Raise the shared version before any answer leaves (see weaseldb.runtime.versioncell).
         self._cell.write(self._committed)
         COMMITTED.set(self._committed)
         self._flush_outgoing()

@@ -35,11 +35,10 @@ from collections.abc import Awaitable, Callable
 from services.persister.fullness import PROBE_INTERVAL_S, Fullness
 from services.persister.leadership import OpenedTerm, now_ms, with_retries
 from services.persister.release import OrderedRelease, Slot
-from weaseldb import batchfile, layout, recovery
-from weaseldb.batchfile import Transaction
-from weaseldb.blobstore import AlreadyExists, BlobStore, StoreFull
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import (
+from weaseldb.core import batchfile, layout, recovery
+from weaseldb.core.batchfile import Transaction
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     RangeDelete,
@@ -47,7 +46,8 @@ from weaseldb.protocol import (
     StatusEntry,
     Write,
 )
-from weaseldb.types import Deposed, WeaselError
+from weaseldb.core.store import AlreadyExists, BlobStore, StoreFull
+from weaseldb.core.types import Deposed, WeaselError
 
 log = logging.getLogger("weaseldb.persister")
 

@@ -1,4 +1,4 @@
-"""The persister's side of the request-id index (weaseldb/requestids.py).
+"""The persister's side of the request-id index (weaseldb/core/requestids.py).
 
 - While leading, `IndexWriter` turns released batches into index segments: one covering
   every batch since the previous segment, written after `index_segment_batches` batches,
@@ -22,11 +22,12 @@ from prometheus_client import Counter
 
 from services.persister.fullness import Fullness
 from services.persister.leadership import with_retries
-from weaseldb import batchfile, heap, layout, logstart, recovery, requestids
-from weaseldb.blobstore import AlreadyExists, BlobError, BlobStore, StoreFull
-from weaseldb.config import IdempotencyConfig, PersisterConfig
-from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
-from weaseldb.validity import GENESIS, Seed, ValidityWalk
+from weaseldb.core import batchfile, layout, logstart, recovery, requestids
+from weaseldb.core.config import IdempotencyConfig, PersisterConfig
+from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
+from weaseldb.core.store import AlreadyExists, BlobError, BlobStore, StoreFull
+from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
+from weaseldb.runtime import heap
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -174,7 +175,7 @@ class IndexWriter:
         try:
             while await self._merge_once():
                 MERGES.inc()
-            heap.give_back()  # a merge's arrays would otherwise stay as RSS (weaseldb/heap.py)
+            heap.give_back()  # a merge's arrays would otherwise stay as RSS
         except Exception as e:
             MERGE_ERRORS.inc()
             log.warning("request-id index merge failed (will retry): %r", e)
@@ -296,7 +297,7 @@ async def load_window(store: BlobStore, idempotency: IdempotencyConfig, now_ms: 
     newest `request_id_memory` ids and every id of the last `request_id_window_s`) and then
     `request_id_memory` ids older than both, for the sequencer's faded set (or until
     `request_id_max` + `request_id_memory` ids in all): `requestids.window_loaded`, the
-    rule garbage collection keeps segments by (weaseldb/gc.py, `WindowTally`)."""
+    rule garbage collection keeps segments by (weaseldb/core/gc.py, `WindowTally`)."""
     promise = requestids.Promise.of(idempotency)
     cutoff = now_ms - promise.window_ms
 

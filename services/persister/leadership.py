@@ -20,11 +20,11 @@ from typing import TypeVar
 
 import orjson
 
-from weaseldb import batchfile, layout, recovery
-from weaseldb.batchfile import BatchKind
-from weaseldb.blobstore import AlreadyExists, BlobStore, TransientError
-from weaseldb.config import PersisterConfig
-from weaseldb.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
+from weaseldb.core import batchfile, layout, recovery
+from weaseldb.core.batchfile import BatchKind
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.store import AlreadyExists, BlobStore, TransientError
+from weaseldb.core.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
 
 T = TypeVar("T")
 

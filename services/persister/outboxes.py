@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import Gauge
 
-from weaseldb.ring import Outbox
+from weaseldb.runtime.ring import Outbox
 
 BACKLOG = Gauge(
     "weaseldb_persister_outbox_bytes", "Bytes waiting to be sent to a gateway worker", ["worker"]

@@ -11,8 +11,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from weaseldb.batchfile import Batch
-from weaseldb.protocol import RingEntry
+from weaseldb.core.batchfile import Batch
+from weaseldb.core.protocol import RingEntry
 
 
 @dataclass(eq=False)

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from prometheus_client import Counter
 
-from weaseldb import recovery
-from weaseldb.blobstore import BlobStore
-from weaseldb.layout import is_newer_term
+from weaseldb.core import recovery
+from weaseldb.core.layout import is_newer_term
+from weaseldb.core.store import BlobStore
 
 log = logging.getLogger("weaseldb.persister")
 

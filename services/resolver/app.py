@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from prometheus_client import Counter
 
 from services.resolver.logic import Resolver, Window
-from weaseldb.config import Config
-from weaseldb.protocol import (
+from weaseldb.core.config import Config
+from weaseldb.core.protocol import (
     AcceptedEvents,
     CommitEntry,
     CommitState,
@@ -28,9 +28,9 @@ from weaseldb.protocol import (
     TermStart,
     encode_batch,
 )
-from weaseldb.relay import RelayStage
-from weaseldb.ring import Endpoints, Outbox, Ring
-from weaseldb.service import Health, HttpServer, stage_app
+from weaseldb.runtime.relay import RelayStage
+from weaseldb.runtime.ring import Endpoints, Outbox, Ring
+from weaseldb.runtime.service import Health, HttpServer, stage_app
 
 #: Unsent accepted-event frames kept before the backlog is dropped.
 ACCEPTED_BACKLOG_BYTES = 16 * 1024 * 1024

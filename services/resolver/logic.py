@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.resolver.conflicts import WriteHistory
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     Hello,
@@ -63,7 +63,7 @@ from weaseldb.protocol import (
     point_range,
     written_ranges,
 )
-from weaseldb.types import ConflictReason
+from weaseldb.core.types import ConflictReason
 
 log = logging.getLogger("weaseldb.resolver")
 

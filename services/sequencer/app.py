@@ -9,12 +9,12 @@ from fastapi import FastAPI
 from prometheus_client import Gauge
 
 from services.sequencer.logic import Sequencer
-from weaseldb import requestids
-from weaseldb.config import Config
-from weaseldb.protocol import RingEntry
-from weaseldb.relay import RelayStage
-from weaseldb.ring import Endpoints, Ring
-from weaseldb.service import Health, stage_app
+from weaseldb.core import requestids
+from weaseldb.core.config import Config
+from weaseldb.core.protocol import RingEntry
+from weaseldb.runtime.relay import RelayStage
+from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.service import Health, stage_app
 
 REMEMBERED = Gauge("weaseldb_sequencer_request_ids", "Request ids remembered exactly")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.sequencer.window import COLLIDED, FadedIds, RequestIdWindow
-from weaseldb.protocol import CommitEntry, CommitState, RingEntry, StatusEntry, TermStart
-from weaseldb.requestids import BANNED, Entries, id_hash
+from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, StatusEntry, TermStart
+from weaseldb.core.requestids import BANNED, Entries, id_hash
 
 #: Reads the window of earlier terms that a TermStart names (a file in the run directory).
 WindowLoader = Callable[[str], Entries]

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from rbloom import Bloom
 
-from weaseldb.idring import IdRing
-from weaseldb.requestids import BANNED, Entries, hashes_of
+from weaseldb.core.idring import IdRing
+from weaseldb.core.requestids import BANNED, Entries, hashes_of
 
 _LOW64 = (1 << 64) - 1
 _LOW31 = (1 << 31) - 1

@@ -7,10 +7,11 @@ import asyncio
 import sys
 from pathlib import Path
 
-from weaseldb import layout, manifest
-from weaseldb.blobstore import BlobError, StoreFull, open_store
-from weaseldb.config import ConfigError
-from weaseldb.errors import StoreError
+from weaseldb.core import layout, manifest
+from weaseldb.core.config import ConfigError
+from weaseldb.core.errors import StoreError
+from weaseldb.core.store import BlobError, StoreFull
+from weaseldb.runtime.stores import open_store
 
 #: How a failed write for space reads in Java's exceptions (ENOSPC's message).
 NO_SPACE = "No space left on device"

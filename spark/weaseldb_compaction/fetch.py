@@ -1,5 +1,5 @@
 """Executor side of the read: fetch batches with the project's blob client and decode
-them (checksum verified by weaseldb.batchfile) into Arrow record batches.
+them (checksum verified by weaseldb.core.batchfile) into Arrow record batches.
 
 No Spark here: transforms.py runs these inside `mapInArrow`, one call per partition of
 batch ordinals, and the tests call them directly. A run reads the log twice, and keeps
@@ -23,10 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from weaseldb import batchfile, layout
-from weaseldb.blobstore import BlobStore, open_store
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import batchfile, layout
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores import open_store
 
 WRITE, DELETE, RANGE_DELETE = 0, 1, 2
 #: Row kinds of the survey.

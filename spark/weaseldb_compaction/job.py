@@ -1,5 +1,5 @@
 """The compaction driver: read, transform, write, publish (style.md 12). Then, if asked,
-garbage collection as a separate step (weaseldb.gc).
+garbage collection as a separate step (weaseldb.core.gc).
 
 1. The previous snapshot's manifest (or the log-start marker) seeds the validity walk;
    one paged LIST finds the batches after it, and the gapless run of them is what is
@@ -35,12 +35,14 @@ from typing import Any, TypeVar
 import msgspec
 from pyspark.sql import DataFrame, SparkSession
 
-from weaseldb import gc, history, logstart, manifest
-from weaseldb.blobstore import AlreadyExists, BlobStore, list_all, open_store
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.fold import RangeFragments
-from weaseldb.manifest import Manifest, SnapshotFile, SourceBatches
-from weaseldb.validity import Seed
+from weaseldb.core import gc, history, logstart, manifest
+from weaseldb.core.fold import RangeFragments
+from weaseldb.core.manifest import Manifest, SnapshotFile, SourceBatches
+from weaseldb.core.store import AlreadyExists, BlobStore, list_all
+from weaseldb.core.validity import Seed
+from weaseldb.runtime.heartbeat import RunHeartbeat
+from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb_compaction import fetch, plan, transforms
 from weaseldb_compaction.session import ParquetPlace, configure_job, parquet_place, use_store
 
@@ -100,7 +102,7 @@ class _Driver:
         self.loop = asyncio.new_event_loop()
         self.store: BlobStore = open_store(options.store_url)
         self.place: ParquetPlace = parquet_place(options.store_url)
-        self.heartbeat: gc.RunHeartbeat | None = None
+        self.heartbeat: RunHeartbeat | None = None
 
     def sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coroutine)
@@ -108,7 +110,7 @@ class _Driver:
     def beat(self, started: gc.RunStarted) -> None:
         """Renew the run's start record while it writes, so GC sees it alive."""
         url = self.options.store_url
-        self.heartbeat = gc.RunHeartbeat(lambda: open_store(url, pool_size=1), started).start()
+        self.heartbeat = RunHeartbeat(lambda: open_store(url, pool_size=1), started).start()
 
     def stop_beating(self) -> None:
         if self.heartbeat is not None:

@@ -2,7 +2,7 @@
 
 The driver decodes nothing itself: the executors fetch every batch after the previous
 snapshot and send back one header per batch. Here the shared validity rule
-(weaseldb.validity), seeded from the previous snapshot, says which of them are void, and
+(weaseldb.core.validity), seeded from the previous snapshot, says which of them are void, and
 the target is the newest valid batch at or before the requested one (never past the
 durability watermark: the driver only fetched the gapless run after the snapshot).
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from weaseldb.types import NUMBER_TOP
-from weaseldb.validity import Seed, valid_flags
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.validity import Seed, valid_flags
 
 
 def seq_of(number: int) -> int:

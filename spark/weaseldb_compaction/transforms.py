@@ -5,7 +5,7 @@ Order of application: an operation's stamp is (version, index in its transaction
 of the previous snapshot enter as writes stamped (their version, -1), older than every
 operation folded onto them. Per key the point operation (write or delete) with the
 highest stamp wins; a surviving write is dropped when a range delete with a higher stamp
-covers its key (weaseldb.fold.RangeFragments, one binary search per key).
+covers its key (weaseldb.core.fold.RangeFragments, one binary search per key).
 
 The winner per key is found by order, not by an aggregate: the points are range-partitioned
 by key (one shuffle) and each partition is sorted by (key, stamp descending) in its Python
@@ -25,7 +25,7 @@ from pyspark import Accumulator, AccumulatorParam, Broadcast, TaskContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from weaseldb.fold import SNAPSHOT_INDEX, RangeCut, RangeFragments
+from weaseldb.core.fold import SNAPSHOT_INDEX, RangeCut, RangeFragments
 from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
 

@@ -18,10 +18,10 @@ from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb import manifest
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.history import committed_transactions
-from weaseldb.manifest import Manifest, SourceBatches
+from weaseldb.core import manifest
+from weaseldb.core.history import committed_transactions
+from weaseldb.core.manifest import Manifest, SourceBatches
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 
 def b64(data: bytes) -> str:

@@ -16,13 +16,13 @@ from tests.integration.test_client_api import commit, log_versions, status
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb import batchfile, layout, logstart, requestids
-from weaseldb.batchfile import Batch, BatchKind, Transaction
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.history import all_batch_numbers
-from weaseldb.protocol import Write
-from weaseldb.recovery import read_batch
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import batchfile, layout, logstart, requestids
+from weaseldb.core.batchfile import Batch, BatchKind, Transaction
+from weaseldb.core.history import all_batch_numbers
+from weaseldb.core.protocol import Write
+from weaseldb.core.recovery import read_batch
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_history_survives_restarts_and_truncation_is_reported(
     third = ProcessSet(f"dir:{data}", port, run_dir).start()  # 1000 more batches after `kept`
     assert third.stop() == 0
 
-    # What garbage collection does (weaseldb.gc): write the log-start marker at the batch
+    # What garbage collection does (weaseldb.core.gc): write the log-start marker at the batch
     # just before `kept`'s, then delete the batches up to it and the request-id index
     # segments whose every batch is gone.
     store = DirectoryStore(data)

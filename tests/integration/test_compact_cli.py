@@ -14,7 +14,7 @@ from tests.support.cluster import free_port_block
 
 def compact(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "weaseldb.cli", "compact", *args],
+        [sys.executable, "-m", "weaseldb_cli", "compact", *args],
         capture_output=True, text=True, timeout=120, env=env or dict(os.environ),
     )  # fmt: skip
 

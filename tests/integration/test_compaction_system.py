@@ -25,11 +25,11 @@ from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.minio import MinioServer
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb import manifest
-from weaseldb.batchfile import Transaction
-from weaseldb.blobstore import open_store
-from weaseldb.fold import reference_fold
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core import manifest
+from weaseldb.core.batchfile import Transaction
+from weaseldb.core.fold import reference_fold
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def subscribed_state(url: str, upto: int, after: int = 0) -> dict[bytes, tuple[b
 
 def compact(store_url: str, *extra: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "weaseldb.cli", "compact", "--store", store_url, *extra],
+        [sys.executable, "-m", "weaseldb_cli", "compact", "--store", store_url, *extra],
         capture_output=True, text=True, timeout=600, env=os.environ,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

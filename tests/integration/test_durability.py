@@ -14,8 +14,8 @@ import pytest
 from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.waiting import wait_for
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.history import committed_transactions
+from weaseldb.core.history import committed_transactions
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
 

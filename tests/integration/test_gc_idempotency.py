@@ -67,7 +67,7 @@ def before_gc(url: str) -> int:
 
 def compact_and_collect(store_url: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "weaseldb.cli", "compact", "--store", store_url, "--gc"],
+        [sys.executable, "-m", "weaseldb_cli", "compact", "--store", store_url, "--gc"],
         capture_output=True, text=True, timeout=600, env=os.environ,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -146,7 +146,7 @@ def test_history_holds_with_compaction_and_gc_under_load_then_a_restart(
     workload = Workload(cluster.url).start()
     wait_for(lambda: workload.count("committed") >= 1500, timeout=400, what="1500 commits")
     compacted = subprocess.run(
-        [sys.executable, "-m", "weaseldb.cli", "compact", "--data-dir", str(data), "--gc"],
+        [sys.executable, "-m", "weaseldb_cli", "compact", "--data-dir", str(data), "--gc"],
         capture_output=True, text=True, timeout=900, env=os.environ,
     )  # fmt: skip
     assert compacted.returncode == 0, compacted.stdout + compacted.stderr

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block, short_run_dir
 from tests.support.waiting import wait_for
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.history import committed_transactions
+from weaseldb.core.history import committed_transactions
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
 KEY = base64.b64encode(b"k").decode()

@@ -20,11 +20,11 @@ import pytest
 
 from services.gateway.retention import BelowLogStart
 from services.gateway.retention_api import RetentionPolicies
-from weaseldb import gc, history, logstart, manifest
-from weaseldb.blobstore import BlobStore, NotFound
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.errors import Conflict
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import gc, history, logstart, manifest
+from weaseldb.core.errors import Conflict
+from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 POLICY = "shared"
 ROUNDS = 120

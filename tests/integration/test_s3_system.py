@@ -16,10 +16,10 @@ from tests.support.load import Load
 from tests.support.minio import MinioServer
 from tests.support.tcpproxy import DelayProxy
 from tests.support.waiting import wait_for
-from weaseldb import batchfile, history
-from weaseldb.blobstore import open_store
-from weaseldb.recovery import read_batch
-from weaseldb.validity import valid_flags
+from weaseldb.core import batchfile, history
+from weaseldb.core.recovery import read_batch
+from weaseldb.core.validity import valid_flags
+from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
 

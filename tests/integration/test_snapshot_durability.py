@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from tests.support.logs import BatchSpec, build_log, write_log_at
-from weaseldb.protocol import Write
+from weaseldb.core.protocol import Write
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def parse(text: str) -> Trace:
 
 
 def compact(store_url: str, *extra: str, spy: Path | None = None) -> str:
-    command = [sys.executable, "-m", "weaseldb.cli", "compact", "--store", store_url, *extra]
+    command = [sys.executable, "-m", "weaseldb_cli", "compact", "--store", store_url, *extra]
     if spy is not None:
         command = [STRACE, "-f", "--seccomp-bpf", "-qq", "-y", "-e", f"trace={SYSCALLS}",
                    "-o", str(spy), *command]  # fmt: skip

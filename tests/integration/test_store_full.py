@@ -66,7 +66,7 @@ def assert_reads_answer_while_full(url: str) -> None:
 
 
 def persister_url(cluster: ProcessSet) -> str:
-    return f"http://127.0.0.1:{cluster.port + 3}"  # weaseldb.cli.STAGES order
+    return f"http://127.0.0.1:{cluster.port + 3}"  # weaseldb_cli.main.STAGES order
 
 
 def run_through_a_full_store(cluster: ProcessSet, fs: SmallFilesystem) -> None:
@@ -201,7 +201,7 @@ def test_compact_with_gc_on_a_full_store_fails_with_a_clear_error(
     assert cluster.stop() == 0, cluster.log()
     tmpfs_data.fill()
     result = subprocess.run(
-        [sys.executable, "-m", "weaseldb.cli", "compact", "--data-dir", str(tmpfs_data.path),
+        [sys.executable, "-m", "weaseldb_cli", "compact", "--data-dir", str(tmpfs_data.path),
          "--gc"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

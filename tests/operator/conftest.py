@@ -37,7 +37,7 @@ def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
     log_path = control_plane.root / "operator.log"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "weaseldb.cli", "operator"],
+            [sys.executable, "-m", "weaseldb_cli", "operator"],
             env=control_plane.env,
             stdout=log,
             stderr=subprocess.STDOUT,

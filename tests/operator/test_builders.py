@@ -22,8 +22,8 @@ from weaseldb_operator.resources import (
 )
 from weaseldb_operator.spec import SpecError, database_from
 
-from weaseldb import config as config_module
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import config as config_module
+from weaseldb.core.types import NUMBER_TOP
 
 REPO = Path(__file__).resolve().parents[2]
 

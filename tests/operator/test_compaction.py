@@ -18,10 +18,10 @@ from tests.operator.helpers import condition, eventually, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.logs import BatchSpec, build_log, write_log
 from tests.support.minio import MinioServer
-from weaseldb import manifest
-from weaseldb.blobstore import open_store
-from weaseldb.manifest import Manifest, SourceBatches
-from weaseldb.protocol import Write
+from weaseldb.core import manifest
+from weaseldb.core.manifest import Manifest, SourceBatches
+from weaseldb.core.protocol import Write
+from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
 DATABASE_LABEL = "weaseldb.io/database"

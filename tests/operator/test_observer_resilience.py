@@ -18,8 +18,8 @@ from weaseldb_operator.observer import Observer
 from tests.operator.helpers import eventually, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
-from weaseldb import layout
-from weaseldb.blobstore import open_store
+from weaseldb.core import layout
+from weaseldb.runtime.stores import open_store
 
 
 async def html_server(status: int) -> web.AppRunner:

@@ -14,7 +14,7 @@ import pytest
 from tests.operator.helpers import condition, eventually, get_or_none, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
-from weaseldb.blobstore import open_store
+from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
 

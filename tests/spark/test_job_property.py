@@ -1,4 +1,4 @@
-"""The Spark job equals the reference fold (weaseldb.fold.reference_fold) on generated
+"""The Spark job equals the reference fold (weaseldb.core.fold.reference_fold) on generated
 logs: writes, deletes, overlapping range deletes, void batches (terms that go back), and
 a previous snapshot (a first run up to a batch in the middle, a second to the end)."""
 
@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from tests.support.logs import BatchSpec, build_log, write_log_at
-from weaseldb import manifest
-from weaseldb.batchfile import Batch
-from weaseldb.fold import reference_fold
-from weaseldb.protocol import Delete, RangeDelete, Write
-from weaseldb.validity import valid_flags
+from weaseldb.core import manifest
+from weaseldb.core.batchfile import Batch
+from weaseldb.core.fold import reference_fold
+from weaseldb.core.protocol import Delete, RangeDelete, Write
+from weaseldb.core.validity import valid_flags
 from weaseldb_compaction import job
 
 KEYS = st.sampled_from([b"", b"a", b"ab", b"b", b"b\x00", b"c", b"\xff", b"\xff\xff"])

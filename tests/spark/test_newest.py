@@ -12,11 +12,11 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from weaseldb import batchfile, layout
-from weaseldb.batchfile import Batch, Transaction
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import batchfile, layout
+from weaseldb.core.batchfile import Batch, Transaction
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
 from weaseldb_compaction.plan import partition_bounds

@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.support.logs import synthetic_log, write_log_at
-from weaseldb.fold import reference_fold
-from weaseldb.validity import valid_flags
+from weaseldb.core.fold import reference_fold
+from weaseldb.core.validity import valid_flags
 from weaseldb_compaction import job
 
 pytestmark = pytest.mark.slow

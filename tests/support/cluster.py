@@ -88,7 +88,7 @@ class ProcessSet:
         command = [
             sys.executable,
             "-m",
-            "weaseldb.cli",
+            "weaseldb_cli",
             "up",
             "--store",
             self.store,
@@ -209,7 +209,7 @@ class ServiceSet:
             [
                 sys.executable,
                 "-m",
-                "weaseldb.cli",
+                "weaseldb_cli",
                 "service",
                 stage,
                 "--config",

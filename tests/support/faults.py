@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from weaseldb.blobstore import TransientError
-from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.core.store import TransientError
+from weaseldb.runtime.stores.memory import MemoryStore
 
 Hook = Callable[[str, str], Awaitable[None]]  # (operation, key) -> may raise or sleep
 

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from tests.support.waiting import stop_process
-from weaseldb.blobstore import open_store
+from weaseldb.runtime.stores import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack/e2e-cluster.sh"

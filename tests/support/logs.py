@@ -7,12 +7,13 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from weaseldb import batchfile, layout
-from weaseldb.batchfile import Batch, Transaction
-from weaseldb.blobstore import BlobStore, open_store
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.types import NUMBER_TOP
-from weaseldb.validity import ValidityWalk
+from weaseldb.core import batchfile, layout
+from weaseldb.core.batchfile import Batch, Transaction
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.validity import ValidityWalk
+from weaseldb.runtime.stores import open_store
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The persister's remembered outcomes (services/persister/answers.py)."""
 
 from services.persister.answers import Answers
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitReply,
     CommitState,

@@ -1,9 +1,9 @@
 import pytest
 
-from weaseldb import batchfile
-from weaseldb.batchfile import Batch, BatchKind, Transaction
-from weaseldb.protocol import Delete, RangeDelete, Write
-from weaseldb.types import CorruptObject
+from weaseldb.core import batchfile
+from weaseldb.core.batchfile import Batch, BatchKind, Transaction
+from weaseldb.core.protocol import Delete, RangeDelete, Write
+from weaseldb.core.types import CorruptObject
 
 
 def _batch() -> Batch:

@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.support.minio import MinioServer
-from weaseldb import layout
-from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound, open_store
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.blobstore.memory import MemoryStore
+from weaseldb.core import layout
+from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
+from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.directory import DirectoryStore
+from weaseldb.runtime.stores.memory import MemoryStore
 
 T = TypeVar("T")
 

@@ -14,9 +14,8 @@ from services.persister.outboxes import WorkerQueues
 from services.resolver.app import AcceptedPublisher
 from tests.support.faults import FaultyStore
 from tests.unit.test_persister import Harness, accepted, lead
-from weaseldb import layout
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.protocol import (
+from weaseldb.core import layout
+from weaseldb.core.protocol import (
     AcceptedEvents,
     CommitEntry,
     CommitState,
@@ -28,8 +27,9 @@ from weaseldb.protocol import (
     Write,
     decode_replies,
 )
-from weaseldb.ring import Inbox, Outbox
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.ring import Inbox, Outbox
+from weaseldb.runtime.stores.memory import MemoryStore
 
 
 class RecordingOutbox:

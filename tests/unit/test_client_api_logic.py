@@ -11,14 +11,14 @@ from services.gateway import retention, sse
 from services.gateway import status as st
 from services.gateway.requests import BadRequest
 from services.gateway.subscriptions import CLOSED_LEADER, CLOSED_SLOW, Hub
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     AcceptedEvents,
     DurableEvents,
     EventTransaction,
     StatusReply,
     Write,
 )
-from weaseldb.types import Outcome
+from weaseldb.core.types import Outcome
 
 
 def reply(outcome: str = "", version: int = 0, floor: int = 50, upper: int = 100) -> StatusReply:

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from weaseldb import config, configdoc
-from weaseldb.config import ConfigError
+from weaseldb.core import config, configdoc
+from weaseldb.core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def test_pod_name_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_up_starts_one_gateway_worker_per_core_unless_told() -> None:
-    from weaseldb.cli import MAX_AUTO_WORKERS, gateway_for_host
+    from weaseldb_cli.main import MAX_AUTO_WORKERS, gateway_for_host
 
     automatic = gateway_for_host(config.build({}))
     assert automatic.workers == max(1, min(MAX_AUTO_WORKERS, os.cpu_count() or 1))

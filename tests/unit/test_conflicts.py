@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.resolver.conflicts import WriteHistory
-from weaseldb.protocol import point_range
+from weaseldb.core.protocol import point_range
 
 Range = tuple[bytes, bytes]
 

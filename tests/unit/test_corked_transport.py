@@ -1,4 +1,4 @@
-"""CorkedTransport (weaseldb/service.py) over a real socket pair: what one event-loop step
+"""CorkedTransport (weaseldb/runtime/service.py) over a real socket pair: what one event-loop step
 writes leaves in one write, in order, and a close sends what was written first."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 
 import uvloop
 
-from weaseldb.service import CorkedTransport
+from weaseldb.runtime.service import CorkedTransport
 
 
 class CountingTransport:

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaseldb import layout
-from weaseldb.blobstore import AlreadyExists
-from weaseldb.blobstore.directory import DirectoryStore
+from weaseldb.core import layout
+from weaseldb.core.store import AlreadyExists
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 
 class FsyncSpy:
@@ -101,7 +101,8 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
     O_TMPFILE, as here) and from a named temporary file (elsewhere). Either way the data
     is fsynced before the link and the directory after it, a second write of the key is
     refused, and nothing else is left in the directory."""
-    from weaseldb.blobstore import AlreadyExists, directory
+    from weaseldb.core.store import AlreadyExists
+    from weaseldb.runtime.stores import directory
 
     if unnamed:
         monkeypatch.setattr(tempfile, "mkstemp", _no_temporary_names)
@@ -129,7 +130,7 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
 def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_path: Path) -> None:
     """Creating an inode is the slowest step of a write here, so the store makes a few
     unnamed files after each write for the next ones; closing the store closes them."""
-    from weaseldb.blobstore import directory
+    from weaseldb.runtime.stores import directory
 
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))

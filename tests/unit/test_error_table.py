@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from services.gateway.errors import INTERNAL, render
-from weaseldb import errors
-from weaseldb.errors import AlreadyExists, WeaselError
+from weaseldb.core import errors
+from weaseldb.core.errors import AlreadyExists, WeaselError
 
 #: Signals between the store and its callers, never an answer to a client: reaching the
 #: HTTP layer is a bug, and a bug is a logged 500.

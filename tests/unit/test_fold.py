@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaseldb.batchfile import Transaction
-from weaseldb.fold import RangeCut, RangeFragments, reference_fold
-from weaseldb.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.batchfile import Transaction
+from weaseldb.core.fold import RangeCut, RangeFragments, reference_fold
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 
 KEYS = st.binary(min_size=0, max_size=2).map(lambda b: b"k" + b)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
-from weaseldb.protocol import CommitEntry, Progress, TermJoined, TermStart
-from weaseldb.ring import Ring
-from weaseldb.versioncell import VersionCell
+from weaseldb.core.protocol import CommitEntry, Progress, TermJoined, TermStart
+from weaseldb.runtime.ring import Ring
+from weaseldb.runtime.versioncell import VersionCell
 
 TERM = 2**64 - 1
 

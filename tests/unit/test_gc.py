@@ -1,4 +1,4 @@
-"""Garbage collection and the log start (weaseldb.gc, weaseldb.logstart): what it deletes,
+"""Garbage collection and the log start (weaseldb.core.gc, weaseldb.core.logstart): what it deletes,
 what it keeps, and that every reader ignores what is left at the front, even after a crash
 half-way through. Real batch format, in-memory store."""
 
@@ -17,16 +17,17 @@ import pytest
 from services.gateway.status_lookup import IndexSearch
 from services.persister.index import load_window, read_tail
 from tests.support.logs import BatchSpec, build_log, write_log
-from weaseldb import gc, history, layout, logstart, manifest, recovery, requestids
-from weaseldb.batchfile import Batch
-from weaseldb.blobstore import open_store
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.config import IdempotencyConfig, PersisterConfig
-from weaseldb.manifest import Manifest, SourceBatches
-from weaseldb.protocol import Write
-from weaseldb.requestids import id_hash, make_entries
-from weaseldb.types import NUMBER_TOP, Outcome
-from weaseldb.validity import valid_flags
+from weaseldb.core import gc, history, layout, logstart, manifest, recovery, requestids
+from weaseldb.core.batchfile import Batch
+from weaseldb.core.config import IdempotencyConfig, PersisterConfig
+from weaseldb.core.manifest import Manifest, SourceBatches
+from weaseldb.core.protocol import Write
+from weaseldb.core.requestids import id_hash, make_entries
+from weaseldb.core.types import NUMBER_TOP, Outcome
+from weaseldb.core.validity import valid_flags
+from weaseldb.runtime.heartbeat import RunHeartbeat
+from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.memory import MemoryStore
 
 T = TypeVar("T")
 
@@ -453,7 +454,7 @@ def test_the_heartbeat_renews_the_start_record_until_stopped(tmp_path: Path) -> 
 
         return msgspec.json.decode(run(read()), type=gc.RunStarted)
 
-    with gc.RunHeartbeat(lambda: open_store(url), started, every_s=0.05):
+    with RunHeartbeat(lambda: open_store(url), started, every_s=0.05):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if (tmp_path / key).exists() and record().alive_at > started.started_at:

@@ -1,10 +1,10 @@
-"""weaseldb/heap.py: what a stage frees goes back to the system."""
+"""weaseldb/runtime/heap.py: what a stage frees goes back to the system."""
 
 from pathlib import Path
 
 import numpy as np
 
-from weaseldb import heap
+from weaseldb.runtime import heap
 
 
 def rss_mib() -> float:

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from tests.support.logs import BatchSpec, build_log, write_log
-from weaseldb import history, layout, logstart
-from weaseldb.batchfile import Batch
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.errors import LogTruncated
-from weaseldb.protocol import Write
+from weaseldb.core import history, layout, logstart
+from weaseldb.core.batchfile import Batch
+from weaseldb.core.errors import LogTruncated
+from weaseldb.core.protocol import Write
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 AFTER = 20
 

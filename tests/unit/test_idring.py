@@ -1,4 +1,4 @@
-"""IdRing: packed request ids oldest first, found by key (weaseldb/idring.py)."""
+"""IdRing: packed request ids oldest first, found by key (weaseldb/core/idring.py)."""
 
 import random
 from collections import OrderedDict
@@ -8,9 +8,9 @@ import pytest
 
 from services.persister.answers import Answers
 from services.sequencer.window import FadedIds, RequestIdWindow
-from weaseldb import idring
-from weaseldb.idring import INDEX_BYTES_PER_ID, IdRing
-from weaseldb.requestids import BANNED, make_entries
+from weaseldb.core import idring
+from weaseldb.core.idring import INDEX_BYTES_PER_ID, IdRing
+from weaseldb.core.requestids import BANNED, make_entries
 
 
 @pytest.mark.parametrize("distance_bits", [32, 1, 2])

@@ -21,13 +21,13 @@ from services.persister.leadership import (
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from tests.support.faults import FaultyStore, fail_times
-from weaseldb import batchfile, history, layout, recovery
-from weaseldb.batchfile import BatchKind
-from weaseldb.blobstore import BlobStore, TransientError
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.types import NUMBER_TOP, Deposed, StoreUnavailable
+from weaseldb.core import batchfile, history, layout, recovery
+from weaseldb.core.batchfile import BatchKind
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.core.store import BlobStore, TransientError
+from weaseldb.core.types import NUMBER_TOP, Deposed, StoreUnavailable
+from weaseldb.runtime.stores.memory import MemoryStore
 
 T = TypeVar("T")
 FAST = PersisterConfig(retry_base_delay_ms=1, batch_timeout_ms=1, max_in_flight_requests=5)
@@ -269,7 +269,7 @@ def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
                 lost[0] = False
                 raise_after = key
                 await inner.put_if_absent(raise_after, _encoded(term, 1))
-                from weaseldb.blobstore import TransientError
+                from weaseldb.core.store import TransientError
 
                 raise TransientError("connection reset after the object was stored")
 

@@ -22,11 +22,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from services.persister.engine import Engine
 from services.persister.leadership import OpenedTerm, claim, open_term
 from services.persister.release import Slot
-from weaseldb import batchfile, history, layout, recovery, validity
-from weaseldb.blobstore import AlreadyExists, TransientError
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.core import batchfile, history, layout, recovery, validity
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.core.store import AlreadyExists, TransientError
+from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(
     batch_timeout_ms=0.1, retry_base_delay_ms=0.1, max_retry_attempts=3, max_in_flight_requests=4

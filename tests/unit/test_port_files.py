@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from weaseldb.service import read_port_file, write_port_file
+from weaseldb.runtime.service import read_port_file, write_port_file
 
 
 def test_a_missing_or_half_written_port_file_reads_as_not_yet(tmp_path: Path) -> None:

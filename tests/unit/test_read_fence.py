@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from services.gateway.readfence import TermProbe
-from weaseldb import layout
-from weaseldb.blobstore import TransientError
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import layout
+from weaseldb.core.store import TransientError
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.stores.memory import MemoryStore
 
 
 class HeldList(MemoryStore):

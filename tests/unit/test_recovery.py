@@ -1,8 +1,8 @@
 import pytest
 
-from weaseldb.recovery import ListingScan, scan_listing
-from weaseldb.types import NUMBER_TOP
-from weaseldb.validity import GENESIS, Seed, valid_flags
+from weaseldb.core.recovery import ListingScan, scan_listing
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.validity import GENESIS, Seed, valid_flags
 
 TOP = NUMBER_TOP
 

@@ -8,11 +8,11 @@ from itertools import pairwise
 
 from services.gateway.status_lookup import IndexSearch
 from services.persister.index import IndexWriter, Stretch, write_segment
-from weaseldb import batchfile, requestids
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import Write
-from weaseldb.types import NUMBER_TOP, Outcome
+from weaseldb.core import batchfile, requestids
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import Write
+from weaseldb.core.types import NUMBER_TOP, Outcome
+from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(index_segment_batches=1, retry_base_delay_ms=1)
 TERM = NUMBER_TOP

@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from weaseldb import layout, requestids
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.requestids import BANNED, SegmentHeader, SegmentSpan, id_hash, make_entries
-from weaseldb.types import CorruptObject
+from weaseldb.core import layout, requestids
+from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan, id_hash, make_entries
+from weaseldb.core.types import CorruptObject
+from weaseldb.runtime.stores.memory import MemoryStore
 
 TOP = 2**64 - 1
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from services.resolver.logic import Resolver, Window
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     Delete,

@@ -1,4 +1,4 @@
-"""The ring's transport (weaseldb/ring.py) over real sockets: order, frames of any size,
+"""The ring's transport (weaseldb/runtime/ring.py) over real sockets: order, frames of any size,
 frames sent before the peer listens, a peer that restarts, and backpressure."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from weaseldb import ring as ring_module
-from weaseldb.ring import Ring
+from weaseldb.runtime import ring as ring_module
+from weaseldb.runtime.ring import Ring
 
 Runner = Callable[[Callable[[], Awaitable[None]]], None]
 

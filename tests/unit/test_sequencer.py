@@ -1,7 +1,7 @@
 from services.sequencer.logic import Sequencer
 from services.sequencer.window import FadedIds, RequestIdWindow
-from weaseldb.protocol import CommitEntry, CommitState, Hello, StatusEntry, TermStart, Write
-from weaseldb.requestids import BANNED, Entries, id_hash, make_entries
+from weaseldb.core.protocol import CommitEntry, CommitState, Hello, StatusEntry, TermStart, Write
+from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
 
 
 def commit(request_id: str) -> CommitEntry:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from services.resolver.logic import Resolver, Window
 from services.sequencer.logic import Sequencer
-from weaseldb.protocol import (
+from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
     Delete,

@@ -1,4 +1,4 @@
-"""Memory limits derived from the idempotency cap (weaseldb/sizing.py): the figures agree
+"""Memory limits derived from the idempotency cap (weaseldb/core/sizing.py): the figures agree
 with the data structures, and the operator, the chart and the example use them."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from weaseldb_operator.spec import database_from
 from services.persister.answers import Answers
 from services.persister.app import WORKER_BACKLOG_BYTES
 from services.sequencer.window import RequestIdWindow
-from weaseldb import config, requestids, sizing
+from weaseldb.core import config, requestids, sizing
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = config.build({}).idempotency

@@ -1,4 +1,4 @@
-"""Event-loop lag and garbage-collector pauses (weaseldb.stalls)."""
+"""Event-loop lag and garbage-collector pauses (weaseldb.runtime.stalls)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import gc
 import time
 
-from weaseldb.stalls import GcPauses, watch_event_loop
+from weaseldb.runtime.stalls import GcPauses, watch_event_loop
 
 
 def test_a_loop_kept_busy_shows_as_lag_of_about_that_long() -> None:

@@ -18,12 +18,12 @@ from services.persister.fullness import Fullness
 from services.persister.leadership import claim, open_term
 from services.persister.release import Slot
 from tests.support.tmpfs import SmallFilesystem, can_mount, small_filesystem
-from weaseldb import layout, recovery
-from weaseldb.blobstore import NotFound, StoreFull, TransientError
-from weaseldb.blobstore.directory import SPARE_FILES, DirectoryStore
-from weaseldb.blobstore.s3 import _translate
-from weaseldb.config import PersisterConfig
-from weaseldb.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.core import layout, recovery
+from weaseldb.core.config import PersisterConfig
+from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
+from weaseldb.core.store import NotFound, StoreFull, TransientError
+from weaseldb.runtime.stores.directory import SPARE_FILES, DirectoryStore
+from weaseldb.runtime.stores.s3 import _translate
 
 needs_mount = pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root")
 FAST = PersisterConfig(retry_base_delay_ms=1, batch_timeout_ms=1, max_in_flight_requests=4)

@@ -13,14 +13,14 @@ import pytest
 from services.persister.app import PersisterStage
 from services.persister.leadership import Holder, LostClaim, OpenedTerm, claim
 from tests.support.cluster import short_run_dir
-from weaseldb import layout
-from weaseldb.blobstore import TransientError
-from weaseldb.blobstore.directory import DirectoryStore
-from weaseldb.blobstore.memory import MemoryStore
-from weaseldb.config import Config, PersisterConfig
-from weaseldb.protocol import Hello
-from weaseldb.ring import Ring
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core import layout
+from weaseldb.core.config import Config, PersisterConfig
+from weaseldb.core.protocol import Hello
+from weaseldb.core.store import TransientError
+from weaseldb.core.types import NUMBER_TOP
+from weaseldb.runtime.ring import Ring
+from weaseldb.runtime.stores.directory import DirectoryStore
+from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(retry_base_delay_ms=1, max_retry_attempts=3)
 

@@ -1,4 +1,8 @@
-"""The `weaseldb` command.
+"""The `weaseldb` command: the composition root, which maps each verb to what builds it.
+
+It sits above every other package (the services, the operator, the Spark job and the shared
+floor below them), so it is the one place that may import them all; the heavy or optional
+wings (the operator's kopf, the job's pyspark) are imported only by the verb that runs them.
 
 weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
@@ -9,17 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from weaseldb import config as config_module
-from weaseldb.config import Config, ConfigError, GatewayConfig
+from weaseldb.core import config as config_module
+from weaseldb.core.config import Config, ConfigError, GatewayConfig
 
 STAGES = ("gateway", "sequencer", "resolver", "persister")
+
+#: How `weaseldb up` starts one service: this package, run by the same interpreter.
+SERVICE_COMMAND = (sys.executable, "-m", "weaseldb_cli", "service")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +101,7 @@ def gateway_for_host(cfg: Config) -> GatewayConfig:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from weaseldb.supervisor import ProcessSet
+    from weaseldb.runtime.supervisor import ProcessSet
 
     cfg = config_module.load(args.config, _up_overrides(args))
     run_dir = Path(cfg.run_dir).resolve()
@@ -105,7 +111,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         Path(cfg.store.removeprefix("dir:")).mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.json"
     config_path.write_text(cfg.model_dump_json(indent=2))
-    processes = ProcessSet(cfg, config_path)
+    processes = ProcessSet(cfg, config_path, SERVICE_COMMAND)
     processes.start()
     print(
         f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True
@@ -140,7 +146,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 def cmd_service(args: argparse.Namespace) -> int:
     import uvloop
 
-    from weaseldb.service import configure_logging
+    from weaseldb.runtime.service import configure_logging
 
     cfg = config_module.load(args.config)
     label = f"{args.name}-{args.worker}" if args.name == "gateway" else args.name
@@ -152,10 +158,11 @@ def cmd_service(args: argparse.Namespace) -> int:
 async def _serve(name: str, cfg: Config, worker: int) -> int:
     from starlette.types import ASGIApp
 
-    from weaseldb import tracing
-    from weaseldb.blobstore import BlobStore, open_store
-    from weaseldb.ring import Ring
-    from weaseldb.service import Stage, listening_socket, run_stage
+    from weaseldb.core.store import BlobStore
+    from weaseldb.runtime import stalls, tracing
+    from weaseldb.runtime.ring import Ring
+    from weaseldb.runtime.service import Stage, listening_socket, run_stage
+    from weaseldb.runtime.stores import open_store
 
     ring = Ring()
     store: BlobStore | None = None
@@ -184,7 +191,7 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
     )
     label = f"{name}-{worker}" if name == "gateway" else name
     tracing.setup(label)
-    quiet_garbage_collector()
+    stalls.quiet_garbage_collector()
     try:
         return await run_stage(label, stage, app, sock, cfg.run_dir, cfg.gateway.request_timeout_s)
     finally:
@@ -193,24 +200,6 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
             await store.close()
         await ring.flush()
         ring.close()
-
-
-#: Allocations between two young-generation collections (CPython's default is 700). A
-#: young collection's pause grows with it, ~150 ns per object here: 50,000 made pauses of
-#: 8 ms (median) to 20 ms in a gateway worker, which every request queued there waited
-#: out; 5,000 makes them 0.7 ms (p90 1.7 ms) for 1.5x the collector's CPU (still ~0.1 %
-#: of a core). docs/architecture.md, "Event-loop lag and collector pauses".
-GC_YOUNG_THRESHOLD = 5_000
-
-
-def quiet_garbage_collector() -> None:
-    """Everything built at start (modules, apps, tables) lives as long as the process:
-    freezing it keeps every later collection from walking it again. Per commit the hot
-    path makes short-lived objects, which reference counting frees; a young generation of
-    GC_YOUNG_THRESHOLD keeps the collections that remain both rare and short."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +218,3 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"weaseldb: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,12 +14,12 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weaseldb.config import Config
+from weaseldb.core.config import Config
 
 log = logging.getLogger("weaseldb.up")
 
@@ -34,9 +34,12 @@ class Child:
 
 
 class ProcessSet:
-    def __init__(self, config: Config, config_path: Path) -> None:
+    def __init__(self, config: Config, config_path: Path, service_command: Sequence[str]) -> None:
+        """`service_command` is the argv that runs one service (`... service NAME`); it comes
+        from the command line above this layer, which is what knows how to start itself."""
         self._config = config
         self._config_path = config_path
+        self._service_command = list(service_command)
         self._children: list[Child] = []
         self._stop_requested = False
 
@@ -49,10 +52,7 @@ class ProcessSet:
 
     def _spawn(self, name: str, worker: int = 0) -> None:
         command = [
-            sys.executable,
-            "-m",
-            "weaseldb.cli",
-            "service",
+            *self._service_command,
             name,
             "--config",
             str(self._config_path),

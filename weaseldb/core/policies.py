@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import orjson
 
-from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound, list_all
+from weaseldb.core import layout
+from weaseldb.core.store import BlobStore, NotFound, list_all
 
 
 async def documents(store: BlobStore, prefix: str = layout.RETENTION) -> list[tuple[str, int, str]]:

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from weaseldb import stalls
+from weaseldb.runtime import stalls
 
 log = logging.getLogger("weaseldb")
 

@@ -1,19 +1,21 @@
-"""The storage seam: one async interface, three implementations (s3, dir, memory).
+"""The storage seam: the async interface every object store implements.
+
+The implementations (S3, directory, memory) and `open_store` live in the runtime layer,
+`weaseldb.runtime.stores`.
 
 Every implementation honours the same contract, checked by one shared test suite:
 - `put_if_absent` is create-only: it either stores the whole object durably or raises
   `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`,
   a write refused for space or quota `StoreFull` (leaving nothing behind), a missing key
-  `NotFound`, anything else a `BlobError` (all from weaseldb.errors).
+  `NotFound`, anything else a `BlobError` (all from weaseldb.core.errors).
 - `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-from urllib.parse import parse_qs, urlsplit
 
-from weaseldb.errors import AlreadyExists, NotFound, StoreError, StoreFull, TransientError
+from weaseldb.core.errors import AlreadyExists, NotFound, StoreError, StoreFull, TransientError
 
 __all__ = [
     "AlreadyExists",
@@ -23,11 +25,10 @@ __all__ = [
     "StoreFull",
     "TransientError",
     "list_all",
-    "open_store",
 ]
 
 
-#: The store's errors are the core's (weaseldb.errors); these names are the seam's own.
+#: The store's errors are the core's (weaseldb.core.errors); these names are the seam's own.
 BlobError = StoreError
 
 
@@ -66,33 +67,3 @@ async def list_all(store: BlobStore, prefix: str, start_after: str = "") -> list
         if len(page) < PAGE:
             return keys
         start_after = page[-1]
-
-
-def open_store(
-    url: str, *, pool_size: int = 100, credentials: tuple[str, str] | None = None
-) -> BlobStore:
-    """Build a store from its URL: ``dir:PATH``, ``memory:`` or
-    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``. S3 credentials come from `credentials`
-    (access key, secret) when given, else from the standard AWS environment and files."""
-    if url.startswith("dir:"):
-        from weaseldb.blobstore.directory import DirectoryStore
-
-        return DirectoryStore(url.removeprefix("dir:"))
-    if url.startswith("memory:"):
-        from weaseldb.blobstore.memory import MemoryStore
-
-        return MemoryStore()
-    if url.startswith("s3://"):
-        from weaseldb.blobstore.s3 import S3Store
-
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        return S3Store(
-            bucket=parts.netloc,
-            prefix=parts.path.strip("/"),
-            endpoint=query.get("endpoint"),
-            region=query.get("region", "us-east-1"),
-            pool_size=pool_size,
-            credentials=credentials,
-        )
-    raise ValueError(f"store: unknown store URL {url!r} (use dir:PATH or s3://BUCKET/PREFIX)")

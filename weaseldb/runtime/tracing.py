@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from weaseldb.protocol import CommitEntry, RingEntry
+from weaseldb.core.protocol import CommitEntry, RingEntry
 
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 
-from weaseldb.config import Config
-from weaseldb.idring import INDEX_BYTES_PER_ID
+from weaseldb.core.config import Config
+from weaseldb.core.idring import INDEX_BYTES_PER_ID
 
 MIB = 1 << 20
 BASE_BYTES = 90 * MIB
@@ -39,7 +39,7 @@ BASE_BYTES = 90 * MIB
 #: RequestIdWindow.BYTES_PER_ID and Answers.BYTES_PER_ID; tests check they agree).
 WINDOW_BYTES_PER_ID = 20
 OUTCOME_BYTES_PER_ID = 12
-#: weaseldb.requestids.ENTRY's size, and the level-0 segments a level-2 merge reads
+#: weaseldb.core.requestids.ENTRY's size, and the level-0 segments a level-2 merge reads
 #: (MERGE_FAN_IN ** MAX_MERGE_LEVEL): copied, not imported, as the operator imports this
 #: module and requestids brings the store clients (tests check they agree).
 ENTRY_BYTES = 32

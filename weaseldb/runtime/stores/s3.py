@@ -27,8 +27,8 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from weaseldb.blobstore import AlreadyExists, BlobError, NotFound, StoreFull, TransientError
-from weaseldb.errors import WeaselError
+from weaseldb.core.errors import WeaselError
+from weaseldb.core.store import AlreadyExists, BlobError, NotFound, StoreFull, TransientError
 
 _TRANSIENT_CODES = {
     "ConditionalRequestConflict",

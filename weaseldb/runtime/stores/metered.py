@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable
 
-from weaseldb.blobstore import BlobStore
+from weaseldb.core.store import BlobStore
 
 Record = Callable[[str, str], None]  # (operation, key prefix such as "batches/")
 

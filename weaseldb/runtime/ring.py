@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from weaseldb.config import Config
+from weaseldb.core.config import Config
 
-log = logging.getLogger("weaseldb.ring")
+log = logging.getLogger("weaseldb.runtime.ring")
 
 #: Frames queued per inbox, or per outbox while it is not connected, before senders wait.
 HIGH_WATER_MARK = 10_000

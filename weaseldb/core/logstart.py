@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import msgspec
 
-from weaseldb import layout
-from weaseldb.blobstore import AlreadyExists, BlobStore, NotFound
-from weaseldb.types import CorruptObject
-from weaseldb.validity import GENESIS, Seed
+from weaseldb.core import layout
+from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
+from weaseldb.core.types import CorruptObject
+from weaseldb.core.validity import GENESIS, Seed
 
 
 class LogStart(msgspec.Struct, frozen=True):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from weaseldb.config import Config
+from weaseldb.core.config import Config
 
 HEADER = """# Configuration reference
 
-Generated from `weaseldb/config.py` by `python -m weaseldb.configdoc > docs/configuration.md`.
+Generated from `weaseldb/core/config.py` by
+`python -m weaseldb.core.configdoc > docs/configuration.md`.
 Pass a TOML or JSON file with `weaseldb up --config FILE`; command-line flags override it.
 Unknown keys and out-of-range values are rejected at start with an error naming the field,
 for example `persister.max_in_flight_requests: Input should be less than or equal to 1000`.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import NewType
 
-from weaseldb.errors import CorruptObject, Deposed, NotLeader, StoreUnavailable, WeaselError
+from weaseldb.core.errors import CorruptObject, Deposed, NotLeader, StoreUnavailable, WeaselError
 
 Version = NewType("Version", int)
 Term = NewType("Term", int)
@@ -31,7 +31,7 @@ class ConflictReason(enum.StrEnum):
     TOO_OLD = "too_old"
 
 
-# The error vocabulary lives in weaseldb.errors; these names are kept for the modules that
+# The error vocabulary lives in weaseldb.core.errors; these names are kept for the modules that
 # import them from here.
 __all__ = [
     "MAX_IN_FLIGHT_LIMIT",

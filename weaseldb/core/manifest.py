@@ -6,7 +6,7 @@ readers only once ``snapshots/{version:020d}.manifest`` exists (created with
 The manifest is JSON with a checksum over everything else in it, verified on every read.
 
 `batch` and `term` are the validity seed at the snapshot's last batch: a reader that starts
-right after `batch` seeds its walk with them (weaseldb.validity).
+right after `batch` seeds its walk with them (weaseldb.core.validity).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import base64
 import msgspec
 import xxhash
 
-from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound, list_all
-from weaseldb.types import CorruptObject
-from weaseldb.validity import Seed
+from weaseldb.core import layout
+from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.types import CorruptObject
+from weaseldb.core.validity import Seed
 
 FORMAT_VERSION = 1
 

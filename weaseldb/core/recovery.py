@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from weaseldb import batchfile, layout, logstart
-from weaseldb.blobstore import BlobStore, NotFound
-from weaseldb.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
-from weaseldb.validity import GENESIS, valid_flags
+from weaseldb.core import batchfile, layout, logstart
+from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
+from weaseldb.core.validity import GENESIS, valid_flags
 
 #: A deposed leader can only still write within this many numbers newer than the batch that
 #: fenced it (its in-flight window), so a new leader fills that many numbers with empty

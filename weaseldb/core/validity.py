@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from weaseldb.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP
 
 #: Older than every real term: the state of a walk that has seen nothing yet.
 NO_TERM = NUMBER_TOP + 1

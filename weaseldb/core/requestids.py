@@ -34,10 +34,10 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-from weaseldb import layout
-from weaseldb.blobstore import BlobStore, NotFound, list_all
-from weaseldb.config import IdempotencyConfig
-from weaseldb.types import CorruptObject
+from weaseldb.core import layout
+from weaseldb.core.config import IdempotencyConfig
+from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.types import CorruptObject
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
 Entries = npt.NDArray[np.void]
@@ -90,7 +90,7 @@ def _by_hash(entries: Entries) -> Entries:
 
 @dataclass(frozen=True)
 class Promise:
-    """The idempotency promise in numbers (weaseldb.config.IdempotencyConfig): the newest
+    """The idempotency promise in numbers (weaseldb.core.config.IdempotencyConfig): the newest
     `memory` ids and every id of the last `window_ms` are remembered exactly, never more
     than `max_ids`; about `memory` more are remembered approximately (faded)."""
 
@@ -113,7 +113,7 @@ def window_loaded(promise: Promise, total: int, older: int) -> bool:
     ids and every one of the time window) and then `memory` older ids for the sequencer's
     faded set, or `max_ids` + `memory` ids in all. The persister reads segments until this
     holds (services/persister/index.py, `load_window`); garbage collection keeps every
-    segment needed until it holds (weaseldb/gc.py), so GC never shortens the window."""
+    segment needed until it holds (weaseldb/core/gc.py), so GC never shortens the window."""
     memory = promise.memory
     if total >= promise.max_ids + memory:
         return True

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedDict
 
-from weaseldb.batchfile import Transaction
-from weaseldb.protocol import Delete, RangeDelete, Write
+from weaseldb.core.batchfile import Transaction
+from weaseldb.core.protocol import Delete, RangeDelete, Write
 
 #: (version, index of the operation in its transaction): the order operations apply in.
 Stamp = tuple[int, int]

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 
-from weaseldb import tracing
-from weaseldb.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
-from weaseldb.ring import Inbox, Outbox
-from weaseldb.service import Health, HttpServer
+from weaseldb.core.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
+from weaseldb.runtime import tracing
+from weaseldb.runtime.ring import Inbox, Outbox
+from weaseldb.runtime.service import Health, HttpServer
 
 log = logging.getLogger("weaseldb")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from weaseldb.blobstore import AlreadyExists, NotFound
+from weaseldb.core.store import AlreadyExists, NotFound
 
 
 class MemoryStore:

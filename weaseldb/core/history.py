@@ -2,7 +2,7 @@
 
 Every reader (status lookups, subscribers, tests, the compaction job's planning) goes
 through here, so void batches are skipped in exactly one place. The walk starts at the
-newest log-start marker (weaseldb.logstart): batches garbage collection cut off, or left
+newest log-start marker (weaseldb.core.logstart): batches garbage collection cut off, or left
 behind by a crash half-way through GC, are never read.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from weaseldb import batchfile, layout, logstart
-from weaseldb.blobstore import BlobStore, NotFound
-from weaseldb.errors import LogTruncated
-from weaseldb.recovery import read_batch
-from weaseldb.validity import GENESIS, Seed, ValidityWalk
+from weaseldb.core import batchfile, layout, logstart
+from weaseldb.core.errors import LogTruncated
+from weaseldb.core.recovery import read_batch
+from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 
 
 async def batch_numbers_after(store: BlobStore, seed: Seed = GENESIS) -> list[int]:

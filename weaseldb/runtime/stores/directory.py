@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from weaseldb.blobstore import AlreadyExists, NotFound, StoreFull
+from weaseldb.core.store import AlreadyExists, NotFound, StoreFull
 
-log = logging.getLogger("weaseldb.blobstore")
+log = logging.getLogger("weaseldb.core.store")
 
 #: Unnamed files kept ready for the next create-only writes.
 SPARE_FILES = 8

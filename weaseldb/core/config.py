@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from weaseldb.types import MAX_IN_FLIGHT_LIMIT
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT
 
 MiB = 1024 * 1024
 

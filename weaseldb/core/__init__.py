@@ -1,0 +1,1 @@
+"""Pure logic: no framework, transport, cloud SDK or process runtime (see `weaseldb`)."""

@@ -1,0 +1,1 @@
+"""The process runtime the services share, above the pure core (see `weaseldb`)."""

@@ -1,0 +1,43 @@
+"""The object stores behind the storage seam (`weaseldb.core.store`): S3, a directory, memory.
+
+Every implementation honours the seam's contract, checked by one shared test suite
+(tests/unit/test_blobstore_contract.py).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from weaseldb.core.store import BlobStore
+
+__all__ = ["open_store"]
+
+
+def open_store(
+    url: str, *, pool_size: int = 100, credentials: tuple[str, str] | None = None
+) -> BlobStore:
+    """Build a store from its URL: ``dir:PATH``, ``memory:`` or
+    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``. S3 credentials come from `credentials`
+    (access key, secret) when given, else from the standard AWS environment and files."""
+    if url.startswith("dir:"):
+        from weaseldb.runtime.stores.directory import DirectoryStore
+
+        return DirectoryStore(url.removeprefix("dir:"))
+    if url.startswith("memory:"):
+        from weaseldb.runtime.stores.memory import MemoryStore
+
+        return MemoryStore()
+    if url.startswith("s3://"):
+        from weaseldb.runtime.stores.s3 import S3Store
+
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        return S3Store(
+            bucket=parts.netloc,
+            prefix=parts.path.strip("/"),
+            endpoint=query.get("endpoint"),
+            region=query.get("region", "us-east-1"),
+            pool_size=pool_size,
+            credentials=credentials,
+        )
+    raise ValueError(f"store: unknown store URL {url!r} (use dir:PATH or s3://BUCKET/PREFIX)")

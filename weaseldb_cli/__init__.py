@@ -1,0 +1,1 @@
+"""The `weaseldb` command line, the composition root above every other package."""

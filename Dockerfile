@@ -20,6 +20,7 @@ COPY pyproject.toml README.md hack/requirements-of.py ./
 RUN /opt/weaseldb/bin/python requirements-of.py pyproject.toml >requirements.txt \
  && /opt/weaseldb/bin/pip install -r requirements.txt kopf==1.45.2
 COPY weaseldb ./weaseldb
+COPY weaseldb_cli ./weaseldb_cli
 COPY services ./services
 COPY operator/weaseldb_operator ./operator/weaseldb_operator
 COPY spark/weaseldb_compaction ./spark/weaseldb_compaction
@@ -46,6 +47,7 @@ RUN spark_home="$(/opt/weaseldb/bin/python -c 'import os, pyspark; print(os.path
  && cp /opt/s3a-jars/*.jar "$spark_home/jars/" \
  && rm -rf /tmp/ivy
 COPY weaseldb ./weaseldb
+COPY weaseldb_cli ./weaseldb_cli
 COPY services ./services
 COPY operator/weaseldb_operator ./operator/weaseldb_operator
 COPY spark/weaseldb_compaction ./spark/weaseldb_compaction

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from weaseldb.core.config import Config
 
-log = logging.getLogger("weaseldb.runtime.ring")
+log = logging.getLogger("weaseldb.ring")
 
 #: Frames queued per inbox, or per outbox while it is not connected, before senders wait.
 HIGH_WATER_MARK = 10_000

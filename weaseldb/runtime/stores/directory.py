@@ -8,21 +8,17 @@ that fails, for space (ENOSPC, EDQUOT: `StoreFull`) or otherwise, leaves no obje
 temporary file: an unnamed file vanishes when closed, a named one is removed.
 
 A key whose last part is a 20-digit number (batches, terms) is stored as
-``DDDDDDDDDDDDDD/DDD/DDD``, so no directory holds more than 1,000 entries below the top one
-(which gets one entry per million numbers); listing walks directories lazily in key order,
-so a LIST of 1000 keys reads a few small directories, with ten batches or a million.
+``DDDDDDDDDDDDDD/DDD/DDD`` (`dirwalk.split_name`), so no directory holds more than 1,000
+entries below the top one; `dirwalk` lists keys in order from that layout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import collections
 import contextlib
 import ctypes
 import errno
-import heapq
-import itertools
 import logging
 import os
 import tempfile
@@ -33,16 +29,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from weaseldb.core.store import AlreadyExists, NotFound, StoreFull
+from weaseldb.runtime.stores.dirwalk import is_number, list_keys, split_name
 
-log = logging.getLogger("weaseldb.core.store")
+log = logging.getLogger("weaseldb.store")
 
 #: Unnamed files kept ready for the next create-only writes.
 SPARE_FILES = 8
 #: A create-only write up to this size, with no other write of this store under way, runs
 #: on the caller's thread instead of a pool thread (see `put_if_absent`).
 INLINE_WRITE_BYTES = 64 * 1024
-#: A 20-digit name is split into directories of these widths plus the file name.
-_SPLITS = (14, 3)
 T = TypeVar("T")
 
 
@@ -120,15 +115,6 @@ def _space_is_store_full(key: str) -> Iterator[None]:
         raise
 
 
-def _is_number(name: str) -> bool:
-    return len(name) == 20 and name.isdigit()
-
-
-def _split_name(name: str) -> str:
-    head, mid = _SPLITS
-    return f"{name[:head]}/{name[head : head + mid]}/{name[head + mid :]}"
-
-
 class DirectoryStore:
     def __init__(self, root: str | os.PathLike[str], *, threads: int = 32) -> None:
         self.root = Path(root)
@@ -154,8 +140,8 @@ class DirectoryStore:
         if not key or key.startswith("/") or ".." in key.split("/"):
             raise ValueError(f"invalid key {key!r}")
         head, _, last = key.rpartition("/")
-        if _is_number(last):
-            last = _split_name(last)
+        if is_number(last):
+            last = split_name(last)
         return self.root / head / last if head else self.root / last
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
@@ -188,7 +174,7 @@ class DirectoryStore:
         return await self._run(self._read_range, self._path(key), key, start, length)
 
     async def list(self, prefix: str, start_after: str = "", limit: int = 1000) -> list[str]:
-        return await self._run(self._list, prefix, start_after, limit)
+        return await self._run(list_keys, self.root, prefix, start_after, limit)
 
     async def delete(self, key: str) -> None:
         await self._run(self._delete, self._path(key))
@@ -355,102 +341,3 @@ class DirectoryStore:
         except FileNotFoundError:
             return
         self._fsync_dir(path.parent)
-
-    def _list(self, prefix: str, start_after: str, limit: int) -> builtins.list[str]:
-        base, _, name_prefix = prefix.rpartition("/")
-        base_dir = self.root / base if base else self.root
-        key_base = f"{base}/" if base else ""
-        found: builtins.list[str] = []
-        for key in self._walk(base_dir, key_base, start_after):
-            if key.startswith(prefix):
-                found.append(key)
-                if len(found) >= limit:
-                    break
-            elif key[len(key_base) :] > name_prefix and not key.startswith(key_base + name_prefix):
-                break
-        return found
-
-    @staticmethod
-    def _walk(directory: Path, key_base: str, start_after: str) -> _Walk:
-        return _Walk(directory, key_base, start_after)
-
-
-#: (key, level, directory) of one entry of a walk; directory is None for an object.
-_Entry = tuple[str, int, Path | None]
-
-
-class _Walk:
-    """Yields the keys under a directory in ascending order, expanding subdirectories only
-    when the walk reaches them: a subdirectory's keys all start with its own key prefix, so
-    that prefix is a lower bound that keeps the heap in order. `level` counts how deep into
-    a split number the walk is (split directories add no "/" to the key).
-
-    Where every name in a directory has the same width (always, inside a split number),
-    name order is key order (the "/" after a directory's name cannot reorder names of equal
-    length): such a directory is sorted once and only its next entry waits in the heap. A
-    LIST of 1000 keys then touches the entries it passes, not every name of every
-    directory it opens (with a million batches, the thousand subdirectories of a number's
-    first digits)."""
-
-    def __init__(self, directory: Path, key_base: str, start_after: str) -> None:
-        self._start_after = start_after
-        # (key, tie-breaker, entry, the rest of its directory in key order)
-        self._heap: list[tuple[str, int, _Entry, Iterator[_Entry]]] = []
-        self._ties = itertools.count()
-        self._expand(directory, key_base, 0)
-
-    def __iter__(self) -> _Walk:
-        return self
-
-    def __next__(self) -> str:
-        while self._heap:
-            key, _, (_, level, directory), rest = heapq.heappop(self._heap)
-            self._push_next(rest)
-            if directory is None:
-                if key > self._start_after:
-                    return key
-            else:
-                self._expand(directory, key, level)
-        raise StopIteration
-
-    def _push_next(self, entries: Iterator[_Entry]) -> None:
-        entry = next(entries, None)
-        if entry is not None:
-            heapq.heappush(self._heap, (entry[0], next(self._ties), entry, entries))
-
-    def _expand(self, directory: Path, key_prefix: str, level: int) -> None:
-        try:
-            found = [e for e in os.scandir(directory) if not e.name.startswith(".tmp-")]
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        width = len(found[0].name) if found else 0
-        if all(len(e.name) == width for e in found):
-            found.sort(key=_name)
-            self._push_next(self._entries(found, key_prefix, level))
-        else:
-            self._push_next(iter(sorted(self._entries(found, key_prefix, level))))
-
-    def _entries(
-        self, found: list[os.DirEntry[str]], key_prefix: str, level: int
-    ) -> Iterator[_Entry]:
-        """The walk's entries for a directory's, one at a time, in the order given."""
-        for dir_entry in found:
-            entry = self._entry(dir_entry, key_prefix, level)
-            if self._may_hold_keys_after(entry[0]):
-                yield entry
-
-    @staticmethod
-    def _entry(entry: os.DirEntry[str], key_prefix: str, level: int) -> _Entry:
-        if not entry.is_dir():
-            return key_prefix + entry.name, 0, None
-        splits = level < len(_SPLITS) and len(entry.name) == _SPLITS[level]
-        if splits and entry.name.isdigit():
-            return key_prefix + entry.name, level + 1, Path(entry.path)
-        return key_prefix + entry.name + "/", 0, Path(entry.path)
-
-    def _may_hold_keys_after(self, sub_prefix: str) -> bool:
-        return sub_prefix >= self._start_after or self._start_after.startswith(sub_prefix)
-
-
-def _name(entry: os.DirEntry[str]) -> str:
-    return entry.name

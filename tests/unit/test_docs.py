@@ -401,3 +401,63 @@ def test_tools_pins_are_hack_tools_env() -> None:
         f"`sigs.k8s.io/kind@{env['KIND_VERSION']}`",
         f"pyspark {env['PYSPARK_VERSION']}",
     )
+
+
+# --- docs/operator.md's CRD reference -------------------------------------------------------
+
+
+@cache
+def _crd_spec() -> dict[str, Any]:
+    import yaml
+
+    crd = yaml.safe_load((ROOT / "charts/weaseldb/crds/weaseldb.io_weaseldbs.yaml").read_text())
+    spec: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return spec["properties"]["spec"]  # type: ignore[no-any-return]
+
+
+def _crd_field(path: str) -> dict[str, Any]:
+    node = _crd_spec()
+    for part in path.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def _crd_rows() -> list[tuple[str, str, str]]:
+    text = (ROOT / "docs/operator.md").read_text()
+    section = text[text.index("## CRD reference") : text.index("## What the operator creates")]
+    rows = re.findall(r"^\| `([\w.]+)` \|([^|]*)\|([^|]*)\|", section, re.M)
+    return [(field, default.strip(), limits.strip()) for field, default, limits in rows]
+
+
+@pytest.mark.parametrize("row", _crd_rows(), ids=lambda row: row[0])
+def test_crd_table_row_is_the_crd(row: tuple[str, str, str]) -> None:
+    field, default, limits = row
+    node = _crd_field(field)
+    if re.fullmatch(r"[\w.-]+", default) and default not in ("none", "required"):
+        assert str(node["default"]).lower() == default.lower(), f"{field} default"
+    if default in ("none", "required"):
+        assert "default" not in node, f"{field} has a default in the CRD"
+    if span := re.fullmatch(r"(\d+)\.\.(\d+)", limits):
+        assert (node["minimum"], node["maximum"]) == tuple(map(int, span.groups())), field
+    if low := re.fullmatch(r">= (\d+)", limits):
+        assert node["minimum"] == int(low.group(1)) and "maximum" not in node, field
+    if "enum" in node and "," in limits:
+        assert limits.split(", ") == node["enum"], field
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
+
+
+@pytest.mark.parametrize("section", ["pipeline", "resolver", "gateway"])
+def test_crd_defaults_are_the_configuration_defaults(section: str) -> None:
+    """docs/operator.md says the CRD's pipeline and gateway defaults are "as in
+    docs/configuration.md": each CRD default equals the config default it becomes."""
+    stated("docs/operator.md", "| as in docs/configuration.md |")
+    target = getattr(config.Config(), {"pipeline": "persister"}.get(section, section))
+    for name, node in _crd_field(section)["properties"].items():
+        if "default" not in node or name == "serviceType":  # the Service's, not the pods'
+            continue
+        key = _snake(name)
+        key = key if hasattr(target, key) else key.replace("_seconds", "_s")
+        assert getattr(target, key) == node["default"], f"{section}.{name}"

@@ -1,15 +1,19 @@
 """Regenerate the README's performance table from the JSON `make bench` wrote, so the table
 is never typed by hand.
 
-    .venv/bin/python bench/report.py [--readme README.md]
+    .venv/bin/python bench/report.py [--readme README.md] [--log bench/HISTORY.md | --no-log]
 
-Rewrites the part of the README between the two `bench:table` markers.
+Rewrites the part of the README between the two `bench:table` markers and appends the same
+table, dated and with the commit it measured, to the measurement history (bench/HISTORY.md),
+so the README says what the last run measured and the history keeps every run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -188,15 +192,34 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def _commit() -> str:
+    """The commit measured (marked `+dirty` when the tree has changes)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode != 0
+    return f"{head or 'unknown'}{'+dirty' if dirty else ''}"
+
+
+def log_entry(generated: str, when: datetime, commit: str) -> str:
+    return f"\n## {when:%Y-%m-%d %H:%M} UTC: `make bench` on {commit}\n\n{generated}\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--readme", default="README.md")
+    parser.add_argument("--log", default="bench/HISTORY.md", help="history to append to")
+    parser.add_argument("--no-log", action="store_true", help="only rewrite the README")
     args = parser.parse_args()
     readme = Path(args.readme)
     text = readme.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    readme.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
-    print(table())
+    generated = table()
+    readme.write_text(text[:start] + "\n" + generated + "\n" + text[end:])
+    if not args.no_log:
+        with Path(args.log).open("a") as log:
+            log.write(log_entry(generated, datetime.now(UTC), _commit()))
+    print(generated)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ them (checksum verified by weaseldb.core.batchfile) into Arrow record batches.
 No Spark here: transforms.py runs these inside `mapInArrow`, one call per partition of
 batch ordinals, and the tests call them directly. A run reads the log twice, and keeps
 nothing in Spark's cache between the two (building that cache cost more than the
-second read; docs/architecture.md):
+second read; docs/compaction.md, "Why the log is read twice and sorted in Arrow"):
 
 - `survey`: what the driver needs to plan, and nothing per point operation: one header row
   per batch, one row per range delete, and a thinned sample of point keys (`SAMPLE`) that

@@ -12,7 +12,7 @@ by key (one shuffle) and each partition is sorted by (key, stamp descending) in 
 worker (newest.py); the first row of each key wins. An aggregate (`max_by` of a struct that
 holds the value) cannot use Spark's hash aggregation (its buffer has binary fields), so it
 sorted every operation before and after its shuffle, then shuffled and sorted the survivors
-again for the files (docs/architecture.md, "Why the log is read twice and sorted in Arrow").
+again for the files (docs/compaction.md, "Why the log is read twice and sorted in Arrow").
 """
 
 from __future__ import annotations

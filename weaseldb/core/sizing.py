@@ -3,7 +3,7 @@
 Both hold request ids up to `idempotency.request_id_max` (the cap); everything else they
 hold is bounded by constants. The operator's default limits, the chart's example and
 examples/*.yaml take their figures from `memory_limit_mib`, and tests/unit/test_sizing.py
-pins them to it (docs/architecture.md, "Bounded memory").
+pins them to it (docs/idempotency.md, "Memory limits").
 
     cap = request_id_max, memory = request_id_memory, file = cap + memory window entries
     merge = 8 x 8 x persister.index_segment_ids entries (a level-2 index merge's input)

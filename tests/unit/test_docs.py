@@ -200,6 +200,9 @@ def test_ring_port_rule() -> None:
         "docs/architecture.md",
         "each stage's service port + 1000, and gateway worker N at the gateway port + 1100 + N",
     )
+    stated(
+        "docs/configuration.md", "service port + 1000; gateway worker i at gateway port + 1100 + i"
+    )
     ipc = Endpoints(config.Config(run_dir="/r"))
     assert [ipc.sequencer, ipc.gateway(3)] == ["ipc:///r/sequencer.sock", "ipc:///r/gateway-3.sock"]
     stated(

@@ -136,7 +136,8 @@ class Config(_Section):
     host: str = "127.0.0.1"
     """Address every service listens on."""
     ring: Literal["ipc", "tcp"] = "ipc"
-    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000)."""
+    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000;
+    gateway worker i at gateway port + 1100 + i)."""
     ports: Ports = Ports()
     pod_name: str = ""
     """Recorded in term claims; the ``WEASELDB_POD_NAME`` environment variable overrides it

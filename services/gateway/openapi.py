@@ -19,10 +19,9 @@ from typing import Any
 from fastapi import FastAPI
 
 from weaseldb.core.config import GatewayConfig
+from weaseldb.core.types import VERSION_MAX
 
 JSON = "application/json"
-#: Versions are unsigned, and stay below 2**63 (a long in Parquet snapshots and in msgspec).
-VERSION_MAX = 2**63 - 1
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 #: Retention policy ids: 1..128 of letters, digits, '.', '_', '-', not starting with '.'.
 POLICY_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"

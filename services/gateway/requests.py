@@ -27,11 +27,11 @@ from weaseldb.core.protocol import (
     RangeRead,
     Write,
 )
+from weaseldb.core.types import VERSION_MAX
 
 __all__ = ["BadRequest", "CommitRequest", "Limits", "ValidCommit", "parse_commit"]
 
-#: Versions are u64 in the contract; msgspec bounds stop at int64, which no version reaches.
-U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+U64 = Annotated[int, msgspec.Meta(ge=0, le=VERSION_MAX)]
 REQUEST_ID_MIN, REQUEST_ID_MAX = 20, 128
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from weaseldb.core.protocol import Delete, EventTransaction, Operation, Write
+from weaseldb.core.types import VERSION_MAX
 
 KEEPALIVE = b": keepalive\n\n"
 
@@ -70,9 +71,7 @@ def parse_after(after: str | None, last_event_id: str | None) -> int | None:
     return parse_version(raw)
 
 
-_DIGITS = re.compile(r"[0-9]{1,19}")
-#: Versions stay below 2**63 (a long in Parquet snapshots, an int64 in the wire format).
-VERSION_MAX = 2**63 - 1
+_DIGITS = re.compile(rf"[0-9]{{1,{len(str(VERSION_MAX))}}}")
 
 
 def parse_version(raw: str) -> int:

@@ -1,0 +1,27 @@
+"""Rules the API states in several places, each defined once: every place that applies one
+agrees with its single definition (no processes)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from services.gateway import sse
+from services.gateway.requests import Limits, parse_commit
+from weaseldb.core.errors import BadRequest
+from weaseldb.core.types import VERSION_MAX
+
+
+def _commit_reading_at(version: int) -> bytes:
+    write = {"type": "write", "key": "aw==", "value": "dg=="}
+    return orjson.dumps({"read_version": version, "operations": [write]})
+
+
+def test_the_largest_version_is_one_bound_for_queries_and_bodies() -> None:
+    assert VERSION_MAX == 2**63 - 1
+    assert sse.parse_version(str(VERSION_MAX)) == VERSION_MAX
+    with pytest.raises(ValueError):
+        sse.parse_version(str(VERSION_MAX + 1))
+    parse_commit(_commit_reading_at(VERSION_MAX), Limits())
+    with pytest.raises(BadRequest):
+        parse_commit(_commit_reading_at(VERSION_MAX + 1), Limits())

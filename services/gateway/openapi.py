@@ -18,13 +18,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from weaseldb.core import layout
 from weaseldb.core.config import GatewayConfig
 from weaseldb.core.types import VERSION_MAX
 
 JSON = "application/json"
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-#: Retention policy ids: 1..128 of letters, digits, '.', '_', '-', not starting with '.'.
-POLICY_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -293,7 +292,7 @@ _SUBSCRIBE = {
 def _retention_parameters(operation: dict[str, Any]) -> None:
     for parameter in operation.get("parameters", []):
         if parameter["name"] == "policy_id":
-            parameter["schema"] = {"type": "string", "pattern": POLICY_ID}
+            parameter["schema"] = {"type": "string", "pattern": f"^{layout.POLICY_ID_PATTERN}$"}
 
 
 def _status_parameters(operation: dict[str, Any]) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from services.gateway import sse
+from services.gateway import retention, sse
 from services.gateway.requests import Limits, parse_commit
+from weaseldb.core import layout
 from weaseldb.core.errors import BadRequest
 from weaseldb.core.types import VERSION_MAX
 
@@ -25,3 +26,14 @@ def test_the_largest_version_is_one_bound_for_queries_and_bodies() -> None:
     parse_commit(_commit_reading_at(VERSION_MAX), Limits())
     with pytest.raises(BadRequest):
         parse_commit(_commit_reading_at(VERSION_MAX + 1), Limits())
+
+
+def test_the_policy_id_rule_is_one_pattern_for_requests_listings_and_the_document() -> None:
+    for good in ("a", "nightly-backup_2.v1", "-x", "A" * 128):
+        assert retention.check_policy_id(good) == good
+        assert layout.policy_entry(layout.retention_key(good)) == (good, None)
+    for bad in ("", ".hidden", "..", "a/b", "a@b", "a\n", "A" * 129, "é"):
+        with pytest.raises(BadRequest):
+            retention.check_policy_id(bad)
+        # A key no PUT could have written is not a policy: listings skip it.
+        assert layout.policy_entry(layout.retention_key(bad)) is None

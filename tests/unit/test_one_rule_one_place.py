@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from services.gateway import retention, sse
 from services.gateway.requests import Limits, parse_commit
+from services.resolver.logic import Resolver
 from weaseldb.core import layout
+from weaseldb.core.config import ResolverConfig
 from weaseldb.core.errors import BadRequest
 from weaseldb.core.types import VERSION_MAX
 
@@ -37,3 +40,13 @@ def test_the_policy_id_rule_is_one_pattern_for_requests_listings_and_the_documen
             retention.check_policy_id(bad)
         # A key no PUT could have written is not a policy: listings skip it.
         assert layout.policy_entry(layout.retention_key(bad)) is None
+
+
+def test_the_resolver_window_is_the_configurations() -> None:
+    """The resolver takes its window, defaults and validation included, from the config."""
+    defaults = ResolverConfig()
+    assert Resolver()._window == defaults
+    with pytest.raises(ValidationError):
+        ResolverConfig(window_seconds=0)
+    with pytest.raises(ValidationError):
+        ResolverConfig(window_versions=0)

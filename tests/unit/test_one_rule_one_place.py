@@ -3,6 +3,9 @@ agrees with its single definition (no processes)."""
 
 from __future__ import annotations
 
+import datetime
+import re
+
 import orjson
 import pytest
 from pydantic import ValidationError
@@ -13,6 +16,7 @@ from services.resolver.logic import Resolver
 from weaseldb.core import layout
 from weaseldb.core.config import ResolverConfig
 from weaseldb.core.errors import BadRequest
+from weaseldb.core.timestamps import iso, iso_ms, now_iso, parse_iso
 from weaseldb.core.types import VERSION_MAX
 
 
@@ -50,3 +54,24 @@ def test_the_resolver_window_is_the_configurations() -> None:
         ResolverConfig(window_seconds=0)
     with pytest.raises(ValidationError):
         ResolverConfig(window_versions=0)
+
+
+MOMENTS_MS = [0, 1, 999, 1000, 59_999, 1_700_000_000_123, 1_799_999_999_999, 4_102_444_799_999]
+
+
+def test_timestamps_keep_the_strings_each_reader_was_written() -> None:
+    """One format for every timestamp, byte for byte what each place wrote on its own."""
+    for ms in MOMENTS_MS:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+        # the change stream and retention policies: milliseconds
+        assert iso_ms(ms) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+        # Kubernetes status fields: whole seconds
+        assert iso_ms(ms, fraction=0) == moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        precise = moment.replace(microsecond=ms % 1000 * 1000 + 456)
+        # snapshot manifests: microseconds
+        assert iso(precise, 6) == precise.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert iso(precise) == iso_ms(ms)
+        for text in (iso_ms(ms), iso_ms(ms, 0), iso(precise, 6)):
+            assert parse_iso(text).timestamp() == pytest.approx(ms / 1000, abs=1)
+        assert parse_iso(iso(precise, 6)) == precise
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", now_iso())

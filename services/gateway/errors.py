@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -38,6 +36,7 @@ from weaseldb.core.errors import (
     TooLarge,
     Unavailable,
     WeaselError,
+    error_body,
 )
 
 JSON = "application/json"
@@ -92,7 +91,8 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
     headers = [(b"content-type", JSON.encode())]
     if answer is INTERNAL:
         log.error("unexpected error serving a request", exc_info=error)
-        return answer.status, _body("internal", f"internal error: {type(error).__name__}"), headers
+        message = f"internal error: {type(error).__name__}"
+        return answer.status, error_body(answer.code, message), headers
     assert isinstance(error, WeaselError)
     extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
     # A full store can refuse thousands of requests a second; the persister logs it once.
@@ -103,11 +103,7 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
         headers.append((b"retry-after", RETRY_AFTER.encode()))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
-    return answer.status, _body(code, error.message, **extra), headers
-
-
-def _body(code: str, message: str, **extra: Any) -> bytes:
-    return orjson.dumps({"error": code, "message": message, **extra})
+    return answer.status, error_body(code, error.message, **extra), headers
 
 
 async def send_error(send: Send, error: BaseException) -> None:

@@ -10,14 +10,16 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from services.gateway import errors as gateway_errors
 from services.gateway import retention, sse
 from services.gateway.requests import Limits, parse_commit
 from services.resolver.logic import Resolver
 from weaseldb.core import layout
 from weaseldb.core.config import ResolverConfig
-from weaseldb.core.errors import BadRequest
+from weaseldb.core.errors import BAD_REQUEST, BadRequest, error_body
 from weaseldb.core.timestamps import iso, iso_ms, now_iso, parse_iso
 from weaseldb.core.types import VERSION_MAX
+from weaseldb.runtime.service import GuardedHttpTools
 
 
 def _commit_reading_at(version: int) -> bytes:
@@ -75,3 +77,24 @@ def test_timestamps_keep_the_strings_each_reader_was_written() -> None:
             assert parse_iso(text).timestamp() == pytest.approx(ms / 1000, abs=1)
         assert parse_iso(iso(precise, 6)) == precise
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", now_iso())
+
+
+class _Wire:
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        pass
+
+
+def test_every_error_body_is_the_cores_error_body() -> None:
+    _, body, _ = gateway_errors.render(BadRequest("bad", request_id="r"))
+    assert body == error_body(BAD_REQUEST, "bad", request_id="r")
+    # A request that is not HTTP at all is answered below the gateway, by the server.
+    protocol = GuardedHttpTools.__new__(GuardedHttpTools)
+    protocol.transport = wire = _Wire()  # type: ignore[assignment]
+    protocol.send_400_response("not HTTP")
+    assert wire.sent.endswith(b"\r\n\r\n" + error_body(BAD_REQUEST, "not HTTP"))

@@ -30,6 +30,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+#: A `BadRequest`'s code unless it names another (``limit_exceeded``).
+BAD_REQUEST = "bad_request"
+
+
+def error_body(code: str, message: str, **extra: Any) -> bytes:
+    """The body of every error answer: ``{"error": code, "message": text, ...extra}``."""
+    return orjson.dumps({"error": code, "message": message, **extra})
+
 
 class WeaselError(Exception):
     """Base of every WeaselDB error. `extra` fields go into the JSON error body."""
@@ -50,7 +60,7 @@ class RequestError(WeaselError):
 class BadRequest(RequestError):
     """Malformed or invalid input. `code` is ``bad_request`` or ``limit_exceeded``."""
 
-    def __init__(self, message: str, code: str = "bad_request", **extra: Any) -> None:
+    def __init__(self, message: str, code: str = BAD_REQUEST, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.code = code
 

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from weaseldb.core.errors import BAD_REQUEST, error_body
 from weaseldb.runtime import stalls
 
 log = logging.getLogger("weaseldb")
@@ -165,7 +166,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """A request that is not HTTP at all still gets a JSON error body."""
-        body = orjson.dumps({"error": "bad_request", "message": msg})
+        body = error_body(BAD_REQUEST, msg)
         self.transport.write(
             b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)

@@ -22,6 +22,7 @@ from starlette.types import Send
 
 from services.gateway.retention import BelowLogStart
 from weaseldb.core.errors import (
+    JSON_MEDIA_TYPE,
     BadRequest,
     CommitUnknown,
     Conflict,
@@ -39,7 +40,6 @@ from weaseldb.core.errors import (
     error_body,
 )
 
-JSON = "application/json"
 log = logging.getLogger("weaseldb.gateway")
 #: The body's "reason" when the store refuses writes for space or quota.
 STORE_FULL = "store_full"
@@ -88,7 +88,7 @@ def answer_for(error: BaseException) -> HttpAnswer:
 def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """Status, JSON body and headers for any error raised while serving a request."""
     answer = answer_for(error)
-    headers = [(b"content-type", JSON.encode())]
+    headers = [(b"content-type", JSON_MEDIA_TYPE.encode())]
     if answer is INTERNAL:
         log.error("unexpected error serving a request", exc_info=error)
         message = f"internal error: {type(error).__name__}"

@@ -20,9 +20,9 @@ from fastapi import FastAPI
 
 from weaseldb.core import layout
 from weaseldb.core.config import GatewayConfig
+from weaseldb.core.errors import JSON_MEDIA_TYPE
 from weaseldb.core.types import VERSION_MAX
 
-JSON = "application/json"
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
@@ -196,7 +196,7 @@ _RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "se
 def _error(description: str, *, retry: bool = False) -> dict[str, Any]:
     response: dict[str, Any] = {
         "description": description,
-        "content": {JSON: {"schema": _ref("ErrorBody")}},
+        "content": {JSON_MEDIA_TYPE: {"schema": _ref("ErrorBody")}},
     }
     if retry:
         response["headers"] = _RETRY_AFTER
@@ -204,7 +204,7 @@ def _error(description: str, *, retry: bool = False) -> dict[str, Any]:
 
 
 def _ok(schema: str, description: str = "OK") -> dict[str, Any]:
-    return {"description": description, "content": {JSON: {"schema": _ref(schema)}}}
+    return {"description": description, "content": {JSON_MEDIA_TYPE: {"schema": _ref(schema)}}}
 
 
 UNAVAILABLE = _error(
@@ -261,7 +261,9 @@ RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
         "410": _error("log_truncated: carries oldest_version and the newest snapshot"),
         "503": UNAVAILABLE,
     },
-    ("/healthz", "get"): {"200": {"description": "alive", "content": {JSON: {"schema": {}}}}},
+    ("/healthz", "get"): {
+        "200": {"description": "alive", "content": {JSON_MEDIA_TYPE: {"schema": {}}}}
+    },
     ("/readyz", "get"): {"200": _ok("Health"), "503": _ok("Health", "not ready: the reason")},
     ("/metrics", "get"): {
         "200": {"description": "Prometheus", "content": {"text/plain": {"schema": {}}}}
@@ -273,7 +275,10 @@ _COMMIT = {
     "tags": ["client"],
     "summary": "Commit a transaction",
     "operationId": "commit",
-    "requestBody": {"required": True, "content": {JSON: {"schema": _ref("CommitRequest")}}},
+    "requestBody": {
+        "required": True,
+        "content": {JSON_MEDIA_TYPE: {"schema": _ref("CommitRequest")}},
+    },
 }
 
 
@@ -306,7 +311,10 @@ def document(app: FastAPI, spec: dict[str, Any], limits: GatewayConfig) -> dict[
     paths["/v1/commit"] = {"post": dict(_COMMIT)}
     paths["/v1/subscribe"] = {"get": dict(_SUBSCRIBE)}
     put = paths["/v1/retention/{policy_id}"]["put"]
-    put["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref("RetentionBody")}}}
+    put["requestBody"] = {
+        "required": True,
+        "content": {JSON_MEDIA_TYPE: {"schema": _ref("RetentionBody")}},
+    }
     for (path, method), responses in RESPONSES.items():
         operation = paths[path][method]
         operation["responses"] = responses

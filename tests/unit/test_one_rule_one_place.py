@@ -16,7 +16,7 @@ from services.gateway.requests import Limits, parse_commit
 from services.resolver.logic import Resolver
 from weaseldb.core import layout
 from weaseldb.core.config import ResolverConfig
-from weaseldb.core.errors import BAD_REQUEST, BadRequest, error_body
+from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, BadRequest, error_body
 from weaseldb.core.timestamps import iso, iso_ms, now_iso, parse_iso
 from weaseldb.core.types import VERSION_MAX
 from weaseldb.runtime.service import GuardedHttpTools
@@ -91,10 +91,12 @@ class _Wire:
 
 
 def test_every_error_body_is_the_cores_error_body() -> None:
-    _, body, _ = gateway_errors.render(BadRequest("bad", request_id="r"))
+    _, body, headers = gateway_errors.render(BadRequest("bad", request_id="r"))
     assert body == error_body(BAD_REQUEST, "bad", request_id="r")
+    assert (b"content-type", JSON_MEDIA_TYPE.encode()) in headers
     # A request that is not HTTP at all is answered below the gateway, by the server.
     protocol = GuardedHttpTools.__new__(GuardedHttpTools)
     protocol.transport = wire = _Wire()  # type: ignore[assignment]
     protocol.send_400_response("not HTTP")
     assert wire.sent.endswith(b"\r\n\r\n" + error_body(BAD_REQUEST, "not HTTP"))
+    assert b"\r\ncontent-type: %s\r\n" % JSON_MEDIA_TYPE.encode() in wire.sent

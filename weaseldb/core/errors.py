@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+#: Every answer of the HTTP API is JSON, errors included (their body is `error_body`).
+JSON_MEDIA_TYPE = "application/json"
 #: A `BadRequest`'s code unless it names another (``limit_exceeded``).
 BAD_REQUEST = "bad_request"
 

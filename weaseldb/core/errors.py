@@ -34,8 +34,9 @@ import orjson
 
 #: Every answer of the HTTP API is JSON, errors included (their body is `error_body`).
 JSON_MEDIA_TYPE = "application/json"
-#: A `BadRequest`'s code unless it names another (``limit_exceeded``).
+#: A `BadRequest`'s code, unless the request is over a configured limit (`LIMIT_EXCEEDED`).
 BAD_REQUEST = "bad_request"
+LIMIT_EXCEEDED = "limit_exceeded"
 
 
 def error_body(code: str, message: str, **extra: Any) -> bytes:
@@ -60,7 +61,7 @@ class RequestError(WeaselError):
 
 
 class BadRequest(RequestError):
-    """Malformed or invalid input. `code` is ``bad_request`` or ``limit_exceeded``."""
+    """Malformed or invalid input. `code` is `BAD_REQUEST` or `LIMIT_EXCEEDED`."""
 
     def __init__(self, message: str, code: str = BAD_REQUEST, **extra: Any) -> None:
         super().__init__(message, **extra)

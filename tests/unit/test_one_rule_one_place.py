@@ -3,6 +3,7 @@ agrees with its single definition (no processes)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import re
 
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from services.gateway import errors as gateway_errors
 from services.gateway import retention, sse
 from services.gateway.requests import Limits, parse_commit
+from services.gateway.retention_api import RetentionPolicies
 from services.resolver.logic import Resolver
 from weaseldb.core import layout
 from weaseldb.core.config import ResolverConfig
@@ -20,6 +22,7 @@ from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, BadRequest, error
 from weaseldb.core.timestamps import iso, iso_ms, now_iso, parse_iso
 from weaseldb.core.types import VERSION_MAX
 from weaseldb.runtime.service import GuardedHttpTools
+from weaseldb.runtime.stores.memory import MemoryStore
 
 
 def _commit_reading_at(version: int) -> bytes:
@@ -100,3 +103,17 @@ def test_every_error_body_is_the_cores_error_body() -> None:
     protocol.send_400_response("not HTTP")
     assert wire.sent.endswith(b"\r\n\r\n" + error_body(BAD_REQUEST, "not HTTP"))
     assert b"\r\ncontent-type: %s\r\n" % JSON_MEDIA_TYPE.encode() in wire.sent
+
+
+def test_a_key_no_put_could_write_is_not_listed_as_a_policy() -> None:
+    """The listing once took any key under retention/ for a policy, and answered the whole
+    GET /v1/retention/ with a 400 when one was not a valid id."""
+
+    async def listed() -> list[dict[str, object]]:
+        store = MemoryStore()
+        policies = RetentionPolicies(store)
+        await policies.put("nightly", b'{"version": 0}')
+        await store.put(f"{layout.RETENTION}.hidden", b'{"version": 1}')
+        return await policies.all()
+
+    assert [p["policy_id"] for p in asyncio.run(listed())] == ["nightly"]

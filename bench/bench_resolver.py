@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.resolver.conflicts import WriteHistory
-from services.resolver.logic import Resolver, Window
+from services.resolver.logic import Resolver
+from weaseldb.core.config import ResolverConfig
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -121,7 +122,7 @@ def resolver_commits(distinct: int, commits: int, batch: int, repeats: int) -> f
     keys = [key_of(rng.getrandbits(64)) for _ in range(distinct)]
 
     def run() -> float:
-        resolver = Resolver(Window(seconds=5.0, versions=100_000))
+        resolver = Resolver(ResolverConfig(window_seconds=5.0, window_versions=100_000))
         resolver.resolve([TermStart(1, "bench", 1, 0)])
         batches: list[list[RingEntry]] = []
         for first in range(1, commits + 1, batch):

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from weaseldb.core.store import BlobError
+from weaseldb.core.timestamps import parse_iso
 from weaseldb_operator import compaction
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
@@ -28,7 +29,7 @@ LAG_INTERVAL_S = 10.0
 def _parse(timestamp: str | None) -> datetime.datetime:
     if not timestamp:
         return datetime.datetime.now(datetime.UTC)
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return parse_iso(timestamp)
 
 
 class CompactionLoop:

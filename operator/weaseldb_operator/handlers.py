@@ -18,10 +18,11 @@ from typing import Any
 import kopf
 
 from weaseldb.core.store import BlobError
+from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
-from weaseldb_operator.observer import Observer, now_iso
+from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
 from weaseldb_operator.spec import (
     API_GROUP,
@@ -75,7 +76,7 @@ async def _set_conditions(
         merged = conditions.merged(
             list((current.get("status") or {}).get("conditions") or []),
             updates,
-            now=now_iso(),
+            now=now_iso(fraction=0),
             generation=int(current["metadata"].get("generation", 0)),
         )
         return {"conditions": merged, **extra}

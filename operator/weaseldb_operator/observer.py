@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import time
 from typing import Any
@@ -19,6 +18,7 @@ import aiohttp
 from prometheus_client import Counter
 
 from weaseldb.core.store import BlobError
+from weaseldb.core.timestamps import iso_ms, now_iso, parse_iso
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -36,14 +36,10 @@ OBSERVE_ERRORS = Counter(
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
 
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _epoch(timestamp: str | None) -> float | None:
     if not timestamp:
         return None
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    return parse_iso(timestamp).timestamp()
 
 
 def _ready_condition(pod: dict[str, Any]) -> dict[str, Any]:
@@ -259,13 +255,12 @@ class Observer:
 
 
 def _leader_status(claim: Claim) -> dict[str, Any]:
-    since = datetime.datetime.fromtimestamp(claim.started_at_ms / 1000, datetime.UTC)
     return {
         "leaderId": claim.leader_id,
         "pod": claim.pod,
         "term": claim.term,
         "termKey": claim.key,
-        "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "since": iso_ms(claim.started_at_ms, fraction=0),
     }
 
 
@@ -278,7 +273,7 @@ def status_for(
 ) -> dict[str, Any]:
     """The status fields the observer owns (a merge patch leaves the others alone)."""
     merged = conditions.merged(
-        current.get("conditions") or [], updates, now=now_iso(), generation=db.generation
+        current.get("conditions") or [], updates, now=now_iso(fraction=0), generation=db.generation
     )
     wanted: dict[str, Any] = {"conditions": merged}
     if decision is not None:

@@ -28,6 +28,7 @@ from services.gateway.snapshots import SnapshotListing
 from services.gateway.streams import SUBSCRIBE_PATH, ChangeStreams
 from weaseldb.core.config import Config
 from weaseldb.core.errors import (
+    JSON_MEDIA_TYPE,
     BadRequest,
     CommitUnknown,
     LeaderChanged,
@@ -53,7 +54,6 @@ LATENCY = Histogram(
     "Commit latency inside the gateway",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
-JSON = "application/json"
 COMMIT_PATH = "/v1/commit"
 STORE_REQUESTS = Counter(
     "weaseldb_gateway_store_requests_total",
@@ -63,7 +63,7 @@ STORE_REQUESTS = Counter(
 
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON_MEDIA_TYPE)
 
 
 def _unknown_outcome(request_id: str, why: str, **extra: str) -> CommitUnknown:
@@ -292,7 +292,7 @@ class CommitRoute:
         return b"".join(chunks)
 
 
-_JSON_HEADERS = [(b"content-type", b"application/json")]
+_JSON_HEADERS = [(b"content-type", JSON_MEDIA_TYPE.encode())]
 
 
 def _traceparent(headers: dict[bytes, bytes]) -> str:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -24,6 +22,9 @@ from starlette.types import Send
 
 from services.gateway.retention import BelowLogStart
 from weaseldb.core.errors import (
+    BAD_REQUEST,
+    JSON_MEDIA_TYPE,
+    LIMIT_EXCEEDED,
     BadRequest,
     CommitUnknown,
     Conflict,
@@ -38,12 +39,14 @@ from weaseldb.core.errors import (
     TooLarge,
     Unavailable,
     WeaselError,
+    error_body,
 )
 
-JSON = "application/json"
 log = logging.getLogger("weaseldb.gateway")
 #: The body's "reason" when the store refuses writes for space or quota.
 STORE_FULL = "store_full"
+#: The body's "reason" when too many requests wait for the pipeline already.
+OVERLOADED = "overloaded"
 #: Seconds a client should wait before it tries a 503 again.
 RETRY_AFTER = "1"
 
@@ -53,6 +56,7 @@ class HttpAnswer:
     status: int
     code: str
     reason: str = ""  # the body's "reason", unless the error names its own
+    meaning: str = ""  # what the client learns (the OpenAPI document's words)
 
     @property
     def retry(self) -> bool:
@@ -60,26 +64,62 @@ class HttpAnswer:
 
 
 TABLE: dict[type[WeaselError], HttpAnswer] = {
-    BadRequest: HttpAnswer(400, "bad_request"),  # or the error's own code: limit_exceeded
-    TooLarge: HttpAnswer(413, "too_large"),
-    NotFound: HttpAnswer(404, "not_found"),
-    MethodNotAllowed: HttpAnswer(405, "method_not_allowed"),
-    BelowLogStart: HttpAnswer(409, "log_truncated"),
-    Conflict: HttpAnswer(409, "conflict"),
-    LeaderChanged: HttpAnswer(409, "leader_changed"),
-    LogTruncated: HttpAnswer(410, "log_truncated"),
-    RequestError: HttpAnswer(400, "bad_request"),
-    NotLeader: HttpAnswer(503, "not_leader"),
-    CommitUnknown: HttpAnswer(503, "commit_unknown"),
-    StoreFull: HttpAnswer(503, "store_unavailable", reason=STORE_FULL),
-    StoreError: HttpAnswer(503, "store_unavailable"),
-    Unavailable: HttpAnswer(503, "unavailable"),
+    BadRequest: HttpAnswer(
+        400,
+        BAD_REQUEST,
+        meaning=f"the request breaks a rule of the API ({LIMIT_EXCEEDED} when it is over a "
+        "configured limit)",
+    ),
+    TooLarge: HttpAnswer(413, "too_large", meaning="the body is over gateway.max_body_bytes"),
+    NotFound: HttpAnswer(404, "not_found", meaning="no such resource"),
+    MethodNotAllowed: HttpAnswer(405, "method_not_allowed", meaning="Allow names the methods"),
+    BelowLogStart: HttpAnswer(
+        409,
+        "log_truncated",
+        meaning="the version is below the oldest retained one (the body has oldest_version)",
+    ),
+    Conflict: HttpAnswer(409, "conflict", meaning="the stored version is higher (in the body)"),
+    LeaderChanged: HttpAnswer(
+        409, "leader_changed", meaning="another leader: the body carries leader_id and version"
+    ),
+    LogTruncated: HttpAnswer(
+        410,
+        "log_truncated",
+        meaning="the versions asked for are gone: the body carries oldest_version and the "
+        "newest snapshot",
+    ),
+    RequestError: HttpAnswer(400, BAD_REQUEST, meaning="the request cannot be served as sent"),
+    NotLeader: HttpAnswer(
+        503,
+        "not_leader",
+        meaning="nothing was applied: a standby, recovering, not confirmed as leader by the "
+        f"store, {OVERLOADED} (reason), or the store is full (reason {STORE_FULL}: commits "
+        "resume by themselves once it has space)",
+    ),
+    CommitUnknown: HttpAnswer(
+        503,
+        "commit_unknown",
+        meaning="the commit may have been applied: retry with the same request_id, or ask "
+        "/v1/status",
+    ),
+    StoreFull: HttpAnswer(
+        503,
+        "store_unavailable",
+        reason=STORE_FULL,
+        meaning="the object store refuses writes for space or quota",
+    ),
+    StoreError: HttpAnswer(503, "store_unavailable", meaning="the object store failed"),
+    Unavailable: HttpAnswer(503, "unavailable", meaning="try again later"),
 }
 INTERNAL = HttpAnswer(500, "internal")
 
 
 def answer_for(error: BaseException) -> HttpAnswer:
-    for cls in type(error).__mro__:
+    return answer_for_class(type(error))
+
+
+def answer_for_class(error: type[BaseException]) -> HttpAnswer:
+    for cls in error.__mro__:
         found = TABLE.get(cls)
         if found is not None:
             return found
@@ -89,10 +129,11 @@ def answer_for(error: BaseException) -> HttpAnswer:
 def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """Status, JSON body and headers for any error raised while serving a request."""
     answer = answer_for(error)
-    headers = [(b"content-type", JSON.encode())]
+    headers = [(b"content-type", JSON_MEDIA_TYPE.encode())]
     if answer is INTERNAL:
         log.error("unexpected error serving a request", exc_info=error)
-        return answer.status, _body("internal", f"internal error: {type(error).__name__}"), headers
+        message = f"internal error: {type(error).__name__}"
+        return answer.status, error_body(answer.code, message), headers
     assert isinstance(error, WeaselError)
     extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
     # A full store can refuse thousands of requests a second; the persister logs it once.
@@ -103,11 +144,7 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
         headers.append((b"retry-after", RETRY_AFTER.encode()))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
-    return answer.status, _body(code, error.message, **extra), headers
-
-
-def _body(code: str, message: str, **extra: Any) -> bytes:
-    return orjson.dumps({"error": code, "message": message, **extra})
+    return answer.status, error_body(code, error.message, **extra), headers
 
 
 async def send_error(send: Send, error: BaseException) -> None:

@@ -1,10 +1,14 @@
-"""The OpenAPI document the gateway serves at /openapi.json, made to tell the truth.
+"""The OpenAPI document the gateway serves at /openapi.json, generated so it cannot drift.
 
-FastAPI describes the routes it serves; this module adds the two served outside it
-(`POST /v1/commit`, `GET /v1/subscribe`), writes the limits the server really enforces into
-the schemas (from the running configuration, so they cannot drift), and replaces every
-route's responses with the status codes it really answers (FastAPI's default 422 is never
-sent: validation errors are 400, like every other error, in `ErrorBody`).
+FastAPI describes the routes it serves (paths, parameters, summaries); this module adds the
+two served outside it (`POST /v1/commit`, `GET /v1/subscribe`) and writes the rest from the
+code that decides it:
+- the schemas, from the msgspec structs the commit body is decoded into
+  (services/gateway/requests.py) and the answers (services/gateway/answers.py), with the
+  limits of the running configuration written in;
+- each route's responses, from the errors it can raise (`ROUTES`) and the error table
+  (services/gateway/errors.py): the status, code and meaning of each. FastAPI's default
+  422 is never sent: validation errors are 400, like every other error, in `ErrorBody`.
 
 What JSON Schema cannot say is in the descriptions: a range's begin sorts before its end,
 operations plus preconditions stay within `max_items`, a precondition needs a version (its
@@ -14,22 +18,126 @@ body fits in `max_body_bytes`. Such requests are answered 400 (or 413).
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI
 
+from services.gateway import answers, errors
+from services.gateway.requests import CommitRequest
+from services.gateway.retention import BelowLogStart
+from weaseldb.core import layout
 from weaseldb.core.config import GatewayConfig
+from weaseldb.core.errors import (
+    JSON_MEDIA_TYPE,
+    BadRequest,
+    CommitUnknown,
+    Conflict,
+    LeaderChanged,
+    LogTruncated,
+    NotFound,
+    NotLeader,
+    StoreError,
+    StoreFull,
+    TooLarge,
+    WeaselError,
+)
+from weaseldb.core.types import VERSION_MAX
 
-JSON = "application/json"
-#: Versions are unsigned, and stay below 2**63 (a long in Parquet snapshots and in msgspec).
-VERSION_MAX = 2**63 - 1
+SCHEMAS = "#/components/schemas/{name}"
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-#: Retention policy ids: 1..128 of letters, digits, '.', '_', '-', not starting with '.'.
-POLICY_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+#: Fields of the commit body that hold base64 keys, and the one that holds a value.
+KEY_FIELDS, VALUE_FIELD = ("key", "begin", "end"), "value"
+
+
+@dataclass(frozen=True)
+class Route:
+    """What one route answers: its success responses by status, and the errors it can
+    raise, each answered as errors.TABLE says."""
+
+    ok: dict[str, dict[str, Any]]
+    raises: tuple[type[WeaselError], ...] = ()
 
 
 def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+    return {"$ref": SCHEMAS.format(name=name)}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {JSON_MEDIA_TYPE: {"schema": schema}}
+
+
+def _ok(answer: type[msgspec.Struct], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": _json(_ref(answer.__name__))}
+
+
+READ_STORE = (StoreError,)
+ROUTES: dict[tuple[str, str], Route] = {
+    ("/v1/commit", "post"): Route(
+        {"200": _ok(answers.CommitAnswer, "committed, or not_committed with what failed")},
+        (BadRequest, LeaderChanged, TooLarge, NotLeader, CommitUnknown),
+    ),
+    ("/v1/version", "get"): Route({"200": _ok(answers.VersionAnswer)}, (NotLeader,)),
+    ("/v1/status", "get"): Route(
+        {"200": _ok(answers.StatusAnswer)}, (BadRequest, NotLeader, *READ_STORE)
+    ),
+    ("/v1/snapshots", "get"): Route({"200": _ok(answers.SnapshotList)}, READ_STORE),
+    ("/v1/retention/", "get"): Route({"200": _ok(answers.PolicyList)}, READ_STORE),
+    ("/v1/retention/{policy_id}", "get"): Route(
+        {"200": _ok(answers.Policy)}, (BadRequest, NotFound, *READ_STORE)
+    ),
+    ("/v1/retention/{policy_id}", "put"): Route(
+        {"200": _ok(answers.Policy)},
+        (BadRequest, Conflict, BelowLogStart, TooLarge, StoreFull, *READ_STORE),
+    ),
+    ("/v1/retention/{policy_id}", "delete"): Route(
+        {"204": {"description": "deleted"}}, (BadRequest, NotFound, *READ_STORE)
+    ),
+    ("/v1/subscribe", "get"): Route(
+        {
+            "200": {
+                "description": "Server-Sent Events: `transaction` and `checkpoint` events",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
+        (BadRequest, LogTruncated, NotLeader, *READ_STORE),
+    ),
+    ("/healthz", "get"): Route({"200": {"description": "alive", "content": _json({})}}),
+    ("/readyz", "get"): Route(
+        {"200": _ok(answers.Health), "503": _ok(answers.Health, "not ready: the reason")}
+    ),
+    ("/metrics", "get"): Route(
+        {"200": {"description": "Prometheus", "content": {"text/plain": {"schema": {}}}}}
+    ),
+}
+
+
+def error_responses(raises: Iterable[type[WeaselError]]) -> dict[str, Any]:
+    """One response per status the errors are answered with, naming each code (and the
+    body's reason, where the table sets one) with its meaning."""
+    by_status: dict[int, dict[str, errors.HttpAnswer]] = defaultdict(dict)
+    for error in raises:
+        answer = errors.answer_for_class(error)
+        label = f"{answer.code} (reason {answer.reason})" if answer.reason else answer.code
+        by_status[answer.status][label] = answer
+    responses: dict[str, Any] = {}
+    for status, found in sorted(by_status.items()):
+        response: dict[str, Any] = {
+            "description": "; ".join(f"{label}: {a.meaning}" for label, a in found.items()),
+            "content": _json(_ref(answers.ErrorBody.__name__)),
+        }
+        if any(a.retry for a in found.values()):
+            response["headers"] = {
+                "Retry-After": {"schema": {"type": "string"}, "description": "seconds"}
+            }
+        responses[str(status)] = response
+    return responses
+
+
+# Schemas
 
 
 def _b64(max_bytes: int) -> dict[str, Any]:
@@ -43,239 +151,35 @@ def _version(description: str) -> dict[str, Any]:
 
 
 def components(limits: GatewayConfig) -> dict[str, Any]:
+    _, schemas = msgspec.json.schema_components(
+        [CommitRequest, *answers.ANSWERS], ref_template=SCHEMAS
+    )
     key, value = _b64(limits.max_key_bytes), _b64(limits.max_value_bytes)
-    items = limits.max_items
-
-    def typed(name: str, fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {"type": {"type": "string", "enum": [name]}, **fields},
-            "required": ["type", *required],
-            "additionalProperties": False,
-        }
-
-    version = _version("its own read version (default: the request's read_version)")
-    return {
-        "ErrorBody": {
-            "type": "object",
-            "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
-            "required": ["error", "message"],
-            "additionalProperties": True,
-        },
-        "CommitRequest": {
-            "type": "object",
-            "description": (
-                f"At most {items} operations and preconditions together; each range's begin "
-                "sorts before its end; every precondition needs a version (its own or "
-                "read_version), not newer than the database; the body is at most "
-                f"{limits.max_body_bytes} bytes. Object keys may not repeat."
-            ),
-            "properties": {
-                "request_id": {"type": "string", "minLength": 20, "maxLength": 128},
-                "leader_id": {"type": "string"},
-                "read_version": _version("the version the preconditions were read at"),
-                "preconditions": {
-                    "type": "array",
-                    "maxItems": items - 1,
-                    "items": {
-                        "oneOf": [
-                            typed("point_read", {"key": key, "version": version}, ["key"]),
-                            typed(
-                                "range_read",
-                                {"begin": key, "end": key, "version": version},
-                                ["begin", "end"],
-                            ),
-                        ]
-                    },
-                },
-                "operations": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": items,
-                    "items": {
-                        "oneOf": [
-                            typed("write", {"key": key, "value": value}, ["key", "value"]),
-                            typed("delete", {"key": key}, ["key"]),
-                            typed("range_delete", {"begin": key, "end": key}, ["begin", "end"]),
-                        ]
-                    },
-                },
-            },
-            "required": ["operations"],
-            "additionalProperties": False,
-        },
-        "CommitAnswer": {
-            "type": "object",
-            "properties": {
-                "status": {"type": "string", "enum": ["committed", "not_committed"]},
-                "version": {"type": "integer", "minimum": 0},
-                "leader_id": {"type": "string"},
-                "request_id": {"type": "string"},
-                "reason": {"type": "string"},
-                "conflicts": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "index": {"type": "integer", "minimum": 0},
-                            "reason": {"type": "string", "enum": ["conflict", "too_old"]},
-                        },
-                        "required": ["index", "reason"],
-                    },
-                },
-            },
-            "required": ["status", "version", "leader_id", "request_id"],
-        },
-        "VersionAnswer": {
-            "type": "object",
-            "properties": {"version": {"type": "integer"}, "leader_id": {"type": "string"}},
-            "required": ["version", "leader_id"],
-        },
-        "StatusAnswer": {
-            "type": "object",
-            "properties": {
-                "request_id": {"type": "string"},
-                "status": {
-                    "type": "string",
-                    "enum": ["committed", "not_committed", "log_truncated"],
-                },
-                "version": {"type": "integer"},
-                "leader_id": {"type": "string"},
-            },
-            "required": ["request_id", "status", "leader_id"],
-        },
-        "RetentionBody": {
-            "type": "object",
-            "properties": {"version": {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}},
-            "required": ["version"],
-            "additionalProperties": False,
-        },
-        "Policy": {
-            "type": "object",
-            "properties": {
-                "policy_id": {"type": "string"},
-                "version": {"type": "integer"},
-                "updated_at": {"type": "string"},
-            },
-            "required": ["policy_id", "version", "updated_at"],
-        },
-        "PolicyList": {
-            "type": "object",
-            "properties": {"policies": {"type": "array", "items": _ref("Policy")}},
-            "required": ["policies"],
-        },
-        "SnapshotList": {
-            "type": "object",
-            "properties": {
-                "snapshots": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            name: {"type": ["integer", "string", "null"]}
-                            for name in ("version", "batch", "location", "created_at")
-                        }
-                        | {"keys": {"type": ["integer", "null"]}}
-                        | {"bytes": {"type": ["integer", "null"]}},
-                    },
-                }
-            },
-            "required": ["snapshots"],
-        },
-        "Health": {
-            "type": "object",
-            "properties": {"ready": {"type": "boolean"}, "reason": {"type": "string"}},
-            "required": ["ready", "reason"],
-        },
-    }
+    for schema in schemas.values():
+        if schema.get("required") == []:
+            del schema["required"]  # OpenAPI 3.0 wants at least one name
+        for name, field in schema.get("properties", {}).items():
+            if name in KEY_FIELDS or name == VALUE_FIELD:
+                field.update(value if name == VALUE_FIELD else key)
+    commit = schemas[CommitRequest.__name__]
+    commit["properties"]["operations"]["maxItems"] = limits.max_items
+    commit["properties"]["preconditions"]["maxItems"] = limits.max_items - 1
+    commit["description"] = (
+        f"At most {limits.max_items} operations and preconditions together; each range's "
+        "begin sorts before its end; every precondition needs a version (its own or "
+        "read_version), not newer than the database; the body is at most "
+        f"{limits.max_body_bytes} bytes. Object keys may not repeat."
+    )
+    return schemas
 
 
-# Responses
-
-_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
-
-
-def _error(description: str, *, retry: bool = False) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "description": description,
-        "content": {JSON: {"schema": _ref("ErrorBody")}},
-    }
-    if retry:
-        response["headers"] = _RETRY_AFTER
-    return response
-
-
-def _ok(schema: str, description: str = "OK") -> dict[str, Any]:
-    return {"description": description, "content": {JSON: {"schema": _ref(schema)}}}
-
-
-UNAVAILABLE = _error(
-    "not_leader (nothing was applied: standby, recovering, overloaded, or not confirmed as "
-    "leader by the store) or, for a commit, "
-    "commit_unknown (it may have been applied: retry with the same request_id, or ask "
-    "/v1/status); store_unavailable when the object store failed. A body's reason names "
-    "a cause the client can act on: overloaded, or store_full (the store refuses writes "
-    "for space or quota; commits resume by themselves once it has space)",
-    retry=True,
-)
-BAD = _error("bad_request or limit_exceeded")
-
-RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
-    ("/v1/commit", "post"): {
-        "200": _ok("CommitAnswer", "committed, or not_committed with the failed preconditions"),
-        "400": BAD,
-        "409": _error("leader_changed: the body carries leader_id and version"),
-        "413": _error("too_large"),
-        "503": UNAVAILABLE,
-    },
-    ("/v1/version", "get"): {"200": _ok("VersionAnswer"), "503": UNAVAILABLE},
-    ("/v1/status", "get"): {"200": _ok("StatusAnswer"), "400": BAD, "503": UNAVAILABLE},
-    ("/v1/snapshots", "get"): {"200": _ok("SnapshotList"), "503": UNAVAILABLE},
-    ("/v1/retention/", "get"): {"200": _ok("PolicyList"), "503": UNAVAILABLE},
-    ("/v1/retention/{policy_id}", "get"): {
-        "200": _ok("Policy"),
-        "400": BAD,
-        "404": _error("not_found"),
-        "503": UNAVAILABLE,
-    },
-    ("/v1/retention/{policy_id}", "put"): {
-        "200": _ok("Policy"),
-        "400": BAD,
-        "409": _error(
-            "conflict: the stored version is higher (it is in the body); log_truncated: the "
-            "version is below the oldest retained one (oldest_version)"
-        ),
-        "413": _error("too_large"),
-        "503": UNAVAILABLE,
-    },
-    ("/v1/retention/{policy_id}", "delete"): {
-        "204": {"description": "deleted"},
-        "400": BAD,
-        "404": _error("not_found"),
-        "503": UNAVAILABLE,
-    },
-    ("/v1/subscribe", "get"): {
-        "200": {
-            "description": "Server-Sent Events: `transaction` and `checkpoint` events",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        "400": BAD,
-        "410": _error("log_truncated: carries oldest_version and the newest snapshot"),
-        "503": UNAVAILABLE,
-    },
-    ("/healthz", "get"): {"200": {"description": "alive", "content": {JSON: {"schema": {}}}}},
-    ("/readyz", "get"): {"200": _ok("Health"), "503": _ok("Health", "not ready: the reason")},
-    ("/metrics", "get"): {
-        "200": {"description": "Prometheus", "content": {"text/plain": {"schema": {}}}}
-    },
-}
-
+# Operations FastAPI does not serve, and parameters it cannot type
 
 _COMMIT = {
     "tags": ["client"],
     "summary": "Commit a transaction",
     "operationId": "commit",
-    "requestBody": {"required": True, "content": {JSON: {"schema": _ref("CommitRequest")}}},
+    "requestBody": {"required": True, "content": _json(_ref(CommitRequest.__name__))},
 }
 
 
@@ -290,32 +194,25 @@ _SUBSCRIBE = {
     ],
 }
 
-
-def _retention_parameters(operation: dict[str, Any]) -> None:
-    for parameter in operation.get("parameters", []):
-        if parameter["name"] == "policy_id":
-            parameter["schema"] = {"type": "string", "pattern": POLICY_ID}
-
-
-def _status_parameters(operation: dict[str, Any]) -> None:
-    for parameter in operation.get("parameters", []):
-        if parameter["name"] == "min_version":
-            parameter["schema"] = _version("versions below it are not searched") | {"default": 0}
+_PARAMETERS: dict[str, dict[str, Any]] = {
+    "policy_id": {"type": "string", "pattern": f"^{layout.POLICY_ID_PATTERN}$"},
+    "min_version": _version("versions below it are not searched") | {"default": 0},
+}
 
 
-def document(app: FastAPI, spec: dict[str, Any], limits: GatewayConfig) -> dict[str, Any]:
+def document(spec: dict[str, Any], limits: GatewayConfig) -> dict[str, Any]:
+    """FastAPI's document `spec` for the gateway's app, completed and corrected."""
     paths = spec.setdefault("paths", {})
     paths["/v1/commit"] = {"post": dict(_COMMIT)}
     paths["/v1/subscribe"] = {"get": dict(_SUBSCRIBE)}
     put = paths["/v1/retention/{policy_id}"]["put"]
-    put["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref("RetentionBody")}}}
-    for (path, method), responses in RESPONSES.items():
+    put["requestBody"] = {"required": True, "content": _json(_ref(answers.RetentionBody.__name__))}
+    for (path, method), route in ROUTES.items():
         operation = paths[path][method]
-        operation["responses"] = responses
-        if path == "/v1/retention/{policy_id}":
-            _retention_parameters(operation)
-        if path == "/v1/status":
-            _status_parameters(operation)
+        operation["responses"] = route.ok | error_responses(route.raises)
+        for parameter in operation.get("parameters", []):
+            if parameter["name"] in _PARAMETERS:
+                parameter["schema"] = _PARAMETERS[parameter["name"]]
     spec["components"] = {"schemas": components(limits)}
     return spec
 
@@ -325,7 +222,7 @@ def install(app: FastAPI, limits: GatewayConfig) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = document(app, framework_openapi(), limits)
+            app.openapi_schema = document(framework_openapi(), limits)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

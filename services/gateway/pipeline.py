@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.gateway.errors import STORE_FULL
+from services.gateway.errors import OVERLOADED, STORE_FULL
 from weaseldb.core.protocol import (
     AcceptedEvents,
     CommitReply,
@@ -124,7 +124,7 @@ class PipelineClient:
             raise PipelineUnavailable(
                 f"overloaded: {len(self._waiting)} requests already wait for the pipeline",
                 unknown=False,
-                code="overloaded",
+                code=OVERLOADED,
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()

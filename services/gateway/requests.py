@@ -17,7 +17,7 @@ from typing import Annotated
 
 import msgspec
 
-from weaseldb.core.errors import BadRequest
+from weaseldb.core.errors import LIMIT_EXCEEDED, BadRequest
 from weaseldb.core.protocol import (
     Delete,
     Operation,
@@ -27,27 +27,37 @@ from weaseldb.core.protocol import (
     RangeRead,
     Write,
 )
+from weaseldb.core.types import VERSION_MAX
 
 __all__ = ["BadRequest", "CommitRequest", "Limits", "ValidCommit", "parse_commit"]
 
-#: Versions are u64 in the contract; msgspec bounds stop at int64, which no version reaches.
-U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+U64 = Annotated[int, msgspec.Meta(ge=0, le=VERSION_MAX)]
 REQUEST_ID_MIN, REQUEST_ID_MAX = 20, 128
+# Rules checked after decoding (for messages that name the field), stated to the schema only.
+_REQUEST_ID = Annotated[
+    str, msgspec.Meta(extra_json_schema={"minLength": REQUEST_ID_MIN, "maxLength": REQUEST_ID_MAX})
+]
+_AT_LEAST_ONE = msgspec.Meta(extra_json_schema={"minItems": 1})
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
     pass
 
 
+_OWN_VERSION = msgspec.Meta(
+    description="its own read version (default: the request's read_version)"
+)
+
+
 class PointReadIn(_In, tag="point_read"):
     key: str
-    version: U64 | None = None
+    version: Annotated[U64, _OWN_VERSION] | None = None
 
 
 class RangeReadIn(_In, tag="range_read"):
     begin: str
     end: str
-    version: U64 | None = None
+    version: Annotated[U64, _OWN_VERSION] | None = None
 
 
 class WriteIn(_In, tag="write"):
@@ -67,11 +77,14 @@ class RangeDeleteIn(_In, tag="range_delete"):
 class CommitRequest(msgspec.Struct, forbid_unknown_fields=True):
     """A transaction: preconditions that must hold, then operations applied in order."""
 
-    operations: list[WriteIn | DeleteIn | RangeDeleteIn]
+    operations: Annotated[list[WriteIn | DeleteIn | RangeDeleteIn], _AT_LEAST_ONE]
     preconditions: list[PointReadIn | RangeReadIn] = []
-    request_id: str | None = None
+    request_id: _REQUEST_ID | None = None
     leader_id: str | None = None
-    read_version: U64 | None = None
+    read_version: (
+        Annotated[U64, msgspec.Meta(description="the version the preconditions were read at")]
+        | None
+    ) = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +182,7 @@ def _validate(request: CommitRequest, limits: Limits) -> ValidCommit:
     if items > limits.max_items:
         raise BadRequest(
             f"{items} operations + preconditions exceed the limit of {limits.max_items}",
-            "limit_exceeded",
+            LIMIT_EXCEEDED,
         )
     codec = _Codec(limits)
     return ValidCommit(
@@ -240,7 +253,7 @@ class _Codec:
             if len(value) > self._limits.max_value_bytes:
                 raise BadRequest(
                     f"{where}.value: {len(value)} bytes exceed {self._limits.max_value_bytes}",
-                    "limit_exceeded",
+                    LIMIT_EXCEEDED,
                 )
             return Write(self.key(o.key, f"{where}.key"), value)
         if isinstance(o, DeleteIn):
@@ -252,7 +265,7 @@ class _Codec:
         if len(key) > self._limits.max_key_bytes:
             raise BadRequest(
                 f"{where}: {len(key)} bytes exceed the key limit of {self._limits.max_key_bytes}",
-                "limit_exceeded",
+                LIMIT_EXCEEDED,
             )
         return key
 

@@ -6,18 +6,15 @@ A policy document is one JSON object ``{"policy_id": ..., "version": V, "updated
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from services.gateway.requests import duplicate_key
+from weaseldb.core import layout
 from weaseldb.core.errors import BadRequest, Conflict, CorruptObject
 
-#: 1..128 of letters, digits, '.', '_' and '-', not starting with '.' (so never "." or "..",
-#: and never a hidden file in a directory store). fullmatch: `$` would accept a final "\n".
-POLICY_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 U64_MAX = 2**64 - 1
 
 
@@ -48,7 +45,7 @@ class Policy:
 
 
 def check_policy_id(policy_id: str) -> str:
-    if not POLICY_ID.fullmatch(policy_id):
+    if not layout.is_policy_id(policy_id):
         raise InvalidPolicy(
             "policy_id must be 1..128 characters of letters, digits, '.', '_' or '-', "
             "not starting with '.'"

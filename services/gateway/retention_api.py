@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import secrets
 from typing import Any
 
@@ -23,14 +22,10 @@ from services.gateway import retention
 from weaseldb.core import history, layout, policies
 from weaseldb.core.errors import Conflict
 from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.timestamps import now_iso
 
 #: (version, key) of a policy's documents.
 Documents = list[tuple[int, str]]
-
-
-def _now_iso() -> str:
-    moment = datetime.datetime.now(datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 class RetentionPolicies:
@@ -54,7 +49,7 @@ class RetentionPolicies:
         documents = await self._documents(policy_id)
         current = documents[-1][0] if documents else None
         try:
-            policy = retention.update(current, policy_id, version, _now_iso())
+            policy = retention.update(current, policy_id, version, now_iso())
         except retention.MovesBack as e:
             raise Conflict(str(e), version=current) from e
         await self._check_retained(version)  # no write for a version already truncated

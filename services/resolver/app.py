@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from prometheus_client import Counter
 
-from services.resolver.logic import Resolver, Window
+from services.resolver.logic import Resolver
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import (
     AcceptedEvents,
@@ -153,7 +153,7 @@ class ResolverStage(RelayStage):
 
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
-    resolver = Resolver(Window(config.resolver.window_seconds, config.resolver.window_versions))
+    resolver = Resolver(config.resolver)
     health = Health(reason="waiting for a term")
     publisher = AcceptedPublisher(
         [ring.outbox(endpoints.gateway(i)) for i in range(config.gateway.workers)]

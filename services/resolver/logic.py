@@ -19,12 +19,13 @@ and an uncheckable one fails with reason `too_old`, never passes silently. The f
 
 evaluated once at the start of each ring batch (so it is exact and the same for every entry
 of a batch), never moving back, where, with `newest` the highest version resolved before
-the batch:
-- `version_floor = newest - window.versions + 1`: the last `window.versions` versions are
-  kept, so a read at most `window.versions` versions behind `newest` is checkable;
+the batch, and the window sizes `resolver.window_versions` and `resolver.window_seconds` of
+the configuration (`ResolverConfig`, which holds their defaults and validation):
+- `version_floor = newest - window_versions + 1`: the last `window_versions` versions are
+  kept, so a read at most `window_versions` versions behind `newest` is checkable;
 - `time_floor` = the lowest version resolved at a clock reading `t` with `now - t <=
-  window.seconds` (`newest + 1` when none was), so whatever was resolved within the last
-  `window.seconds` seconds is kept. A version's `t` is the clock read at the start of the
+  window_seconds` (`newest + 1` when none was), so whatever was resolved within the last
+  `window_seconds` seconds is kept. A version's `t` is the clock read at the start of the
   batch that resolved it, and `now` the one read at the start of the current batch.
 Taking the min keeps whichever window is larger. At a term start history is empty and the
 floor is `first_version`: writes of earlier terms are not in history, so reads at versions
@@ -49,9 +50,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from services.resolver.conflicts import WriteHistory
+from weaseldb.core.config import ResolverConfig
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -68,23 +69,11 @@ from weaseldb.core.types import ConflictReason
 log = logging.getLogger("weaseldb.resolver")
 
 
-@dataclass(frozen=True)
-class Window:
-    """How much history the resolver keeps: whichever of the two is larger."""
-
-    seconds: float = 5.0
-    versions: int = 10_000_000
-
-    def __post_init__(self) -> None:
-        if self.seconds < 0 or self.versions < 0:
-            raise ValueError("window sizes must not be negative")
-
-
 class Resolver:
     def __init__(
-        self, window: Window = Window(), clock: Callable[[], float] = time.monotonic
+        self, window: ResolverConfig | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._window = window
+        self._window = window or ResolverConfig()
         self._clock = clock
         self._history = WriteHistory()
         self._term: int | None = None
@@ -198,10 +187,10 @@ class Resolver:
         """
         now = self._clock()
         samples = self._samples
-        while samples and now - samples[0][0] > self._window.seconds:
+        while samples and now - samples[0][0] > self._window.window_seconds:
             samples.popleft()
         time_floor = samples[0][1] if samples else self._newest + 1
-        version_floor = self._newest - self._window.versions + 1
+        version_floor = self._newest - self._window.window_versions + 1
         floor = max(first_version, min(time_floor, version_floor))
         if floor > self._floor:
             self._floor = floor

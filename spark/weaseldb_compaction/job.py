@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import itertools
 import math
 import threading
@@ -39,6 +38,7 @@ from weaseldb.core import gc, history, logstart, manifest
 from weaseldb.core.fold import RangeFragments
 from weaseldb.core.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.core.store import AlreadyExists, BlobStore, list_all
+from weaseldb.core.timestamps import now_iso
 from weaseldb.core.validity import Seed
 from weaseldb.runtime.heartbeat import RunHeartbeat
 from weaseldb.runtime.stores import open_store
@@ -317,7 +317,7 @@ def _manifest(
         version=target.version,
         batch=target.batch,
         term=target.term,
-        created_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        created_at=now_iso(fraction=6),
         location=location,
         files=files,
         keys=sum(f.rows for f in files),

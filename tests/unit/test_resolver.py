@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from services.resolver.logic import Resolver, Window
+from services.resolver.logic import Resolver
+from weaseldb.core.config import ResolverConfig
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -60,9 +61,9 @@ def commit(
 
 
 def leading(
-    first_version: int = 1, window: Window | None = None, clock: FakeClock | None = None
+    first_version: int = 1, window: ResolverConfig | None = None, clock: FakeClock | None = None
 ) -> Resolver:
-    resolver = Resolver(window or Window(), clock or FakeClock())
+    resolver = Resolver(window or ResolverConfig(), clock or FakeClock())
     resolver.resolve([term(first_version)])
     return resolver
 
@@ -208,7 +209,7 @@ def _fill(resolver: Resolver, first: int, last: int) -> None:
 def test_version_window_edges(read_version: int, key: bytes, expected: Outcome) -> None:
     """Keep the last 10 versions: after v1..v20 a read at 10 (= 20 - 10) is the oldest."""
     clock = FakeClock()
-    resolver = leading(window=Window(seconds=1.0, versions=10), clock=clock)
+    resolver = leading(window=ResolverConfig(window_seconds=1.0, window_versions=10), clock=clock)
     _fill(resolver, 1, 20)
     clock.now = 100.0  # the time window holds nothing any more
     probe = commit(21, preconditions=[PointRead(key, read_version)])
@@ -231,7 +232,7 @@ def test_version_window_edges(read_version: int, key: bytes, expected: Outcome) 
 def test_time_window_edges(now: float, read_version: int, expected: Outcome) -> None:
     """Versions 1-3 resolved at t=0 and 4-6 at t=5 are kept while at most 10 s old."""
     clock = FakeClock(0.0)
-    resolver = leading(window=Window(seconds=10.0, versions=1), clock=clock)
+    resolver = leading(window=ResolverConfig(window_seconds=10.0, window_versions=1), clock=clock)
     _fill(resolver, 1, 3)
     clock.now = 5.0
     _fill(resolver, 4, 6)
@@ -244,7 +245,7 @@ def test_time_window_edges(now: float, read_version: int, expected: Outcome) -> 
 def test_time_window_counts_from_the_batch_that_resolved_a_version() -> None:
     """A batch resolving no version must not date the next batch's versions back to it."""
     clock = FakeClock(0.0)
-    resolver = leading(window=Window(seconds=10.0, versions=1), clock=clock)
+    resolver = leading(window=ResolverConfig(window_seconds=10.0, window_versions=1), clock=clock)
     _fill(resolver, 1, 3)
     clock.now = 4.0
     resolver.resolve([StatusEntry(origin=0, ticket=0, request_id="s" * 20)])
@@ -258,7 +259,7 @@ def test_time_window_counts_from_the_batch_that_resolved_a_version() -> None:
 
 def test_larger_window_wins() -> None:
     clock = FakeClock(0.0)
-    resolver = leading(window=Window(seconds=10.0, versions=5), clock=clock)
+    resolver = leading(window=ResolverConfig(window_seconds=10.0, window_versions=5), clock=clock)
     _fill(resolver, 1, 20)  # many versions at once: the time window is the larger one
     clock.now = 1.0
     probe = commit(21, preconditions=[PointRead(b"k1", 0)])
@@ -273,7 +274,7 @@ def test_larger_window_wins() -> None:
 
 def test_history_memory_follows_the_window() -> None:
     clock = FakeClock(0.0)
-    resolver = leading(window=Window(seconds=1.0, versions=100), clock=clock)
+    resolver = leading(window=ResolverConfig(window_seconds=1.0, window_versions=100), clock=clock)
     for first in range(1, 20_000, 10):
         clock.now += 1.0
         _fill(resolver, first, first + 9)
@@ -313,7 +314,7 @@ def test_status_and_shutdown_pass_through() -> None:
 
 
 def test_no_term_means_not_leader() -> None:
-    resolver = Resolver(Window(), FakeClock())
+    resolver = Resolver(ResolverConfig(), FakeClock())
     before = commit(1)
     resolver.resolve([before])
     assert before.state == CommitState.NOT_LEADER
@@ -383,7 +384,7 @@ def test_versions_going_backwards_retire_the_term() -> None:
 
 
 def test_a_sequencer_hello_before_any_term_changes_nothing() -> None:
-    resolver = Resolver(Window(), FakeClock())
+    resolver = Resolver(ResolverConfig(), FakeClock())
     first = commit(1)
     resolver.resolve([Hello("sequencer"), term(1), first])
     assert first.state == CommitState.ACCEPTED

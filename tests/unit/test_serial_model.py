@@ -7,7 +7,7 @@ with `too_old` when v is below the checkable bound, else with `conflict` when a 
 transaction with a version above v touched its key or range.
 
 The model's bound is computed from first principles: version u is kept while it is within
-the last `window.versions` versions or was resolved at most `window.seconds` ago, and the
+the last `window_versions` versions or was resolved at most `window_seconds` ago, and the
 bound is one below the lowest version from which on everything is kept (never below the
 term's first version - 1).
 """
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.resolver.logic import Resolver, Window
+from services.resolver.logic import Resolver
 from services.sequencer.logic import Sequencer
+from weaseldb.core.config import ResolverConfig
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -63,7 +64,7 @@ class Txn:
 @dataclass
 class Scenario:
     first_version: int
-    window: Window
+    window: ResolverConfig
     batches: list[tuple[float, list[Txn]]]  # (clock advance before the batch, its txns)
 
 
@@ -87,8 +88,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         advance = draw(st.sampled_from([0.0, 0.5, 1.0, 2.0]))
         batches.append((advance, txns[:size]))
         txns = txns[size:]
-    window = Window(
-        seconds=draw(st.sampled_from([0.0, 1.0, 2.5])), versions=draw(st.integers(1, 12))
+    # 0.25 s is shorter than every clock step: only the current batch is in the time window
+    # (the configuration refuses a window of 0 s).
+    window = ResolverConfig(
+        window_seconds=draw(st.sampled_from([0.25, 1.0, 2.5])),
+        window_versions=draw(st.integers(1, 12)),
     )
     return Scenario(draw(st.integers(1, 20)), window, batches)
 
@@ -105,7 +109,7 @@ class Model:
     """The serial reference: committed writes and when each version was resolved."""
 
     first_version: int
-    window: Window
+    window: ResolverConfig
     next_version: int = 0
     bound: int = 0  # lowest checkable read version
     committed: list[tuple[int, list[tuple[bytes, bytes]]]] = field(default_factory=list)
@@ -120,8 +124,8 @@ class Model:
         newest = self.next_version - 1
 
         def kept(u: int) -> bool:
-            in_versions = newest - u < self.window.versions
-            return in_versions or now - self.resolved_at[u] <= self.window.seconds
+            in_versions = newest - u < self.window.window_versions
+            return in_versions or now - self.resolved_at[u] <= self.window.window_seconds
 
         dropped = [u for u in self.resolved_at if not kept(u)]
         self.bound = max(self.bound, max(dropped, default=0))  # u dropped: reads at u ok

@@ -30,6 +30,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+#: Every answer of the HTTP API is JSON, errors included (their body is `error_body`).
+JSON_MEDIA_TYPE = "application/json"
+#: A `BadRequest`'s code, unless the request is over a configured limit (`LIMIT_EXCEEDED`).
+BAD_REQUEST = "bad_request"
+LIMIT_EXCEEDED = "limit_exceeded"
+
+
+def error_body(code: str, message: str, **extra: Any) -> bytes:
+    """The body of every error answer: ``{"error": code, "message": text, ...extra}``."""
+    return orjson.dumps({"error": code, "message": message, **extra})
+
 
 class WeaselError(Exception):
     """Base of every WeaselDB error. `extra` fields go into the JSON error body."""
@@ -48,9 +61,9 @@ class RequestError(WeaselError):
 
 
 class BadRequest(RequestError):
-    """Malformed or invalid input. `code` is ``bad_request`` or ``limit_exceeded``."""
+    """Malformed or invalid input. `code` is `BAD_REQUEST` or `LIMIT_EXCEEDED`."""
 
-    def __init__(self, message: str, code: str = "bad_request", **extra: Any) -> None:
+    def __init__(self, message: str, code: str = BAD_REQUEST, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.code = code
 

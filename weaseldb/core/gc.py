@@ -24,7 +24,6 @@ A separate step from compaction, safe to crash and rerun at any point:
 from __future__ import annotations
 
 import asyncio
-import datetime
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -37,6 +36,7 @@ from weaseldb.core.config import IdempotencyConfig
 from weaseldb.core.manifest import Manifest
 from weaseldb.core.requestids import Promise, SegmentHeader, SegmentSpan
 from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.timestamps import parse_iso
 from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
 
 #: Readers' grace: an old snapshot is deleted this long after a newer one was published,
@@ -173,7 +173,7 @@ def expired_snapshots(
 def _published_at(m: Manifest) -> float | None:
     """When a snapshot was published (its manifest's `created_at`; None: unreadable)."""
     try:
-        return datetime.datetime.fromisoformat(m.created_at).timestamp()
+        return parse_iso(m.created_at).timestamp()
     except ValueError:
         return None
 

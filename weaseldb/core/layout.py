@@ -6,6 +6,8 @@ ascending LIST returns the newest first. "Older" means a higher number.
 
 from __future__ import annotations
 
+import re
+
 BATCHES = "batches/"
 TERMS = "terms/"
 SNAPSHOTS = "snapshots/"
@@ -26,6 +28,15 @@ def term_key(term: int) -> str:
 
 #: Separates a policy id from the version in a policy document's key (never in an id).
 POLICY_VERSION_MARK = "@"
+#: A retention policy id, matched whole: 1..128 of letters, digits, '.', '_' and '-', not
+#: starting with '.' (so never "." or "..", and never a hidden file in a directory store).
+POLICY_ID_PATTERN = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}"
+_POLICY_ID = re.compile(POLICY_ID_PATTERN)
+
+
+def is_policy_id(text: str) -> bool:
+    # fullmatch: a pattern ending in `$` would also accept a final "\n".
+    return _POLICY_ID.fullmatch(text) is not None
 
 
 def retention_key(policy_id: str) -> str:
@@ -44,11 +55,14 @@ def policy_document_key(policy_id: str, version: int, token: str) -> str:
 
 def policy_entry(key: str) -> tuple[str, int | None] | None:
     """(policy id, version) of a key under ``retention/``: the version is None for a
-    single mutable document (its body holds it); None for a key that is neither."""
+    single mutable document (its body holds it); None for a key that is neither (no
+    policy id the API accepts)."""
     name = key.removeprefix(RETENTION)
-    if name == key or not name or "/" in name:
+    if name == key or "/" in name:
         return None
     policy_id, mark, rest = name.partition(POLICY_VERSION_MARK)
+    if not is_policy_id(policy_id):
+        return None
     if not mark:
         return policy_id, None
     number = rest.partition(".")[0]

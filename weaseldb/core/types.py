@@ -15,6 +15,10 @@ RequestId = NewType("RequestId", str)
 #: Batch and term numbers count down from here, so an ascending LIST is newest first.
 NUMBER_TOP = 2**64 - 1
 
+#: The largest version: versions are unsigned in the contract and stay below 2**63, so one
+#: fits a long in Parquet snapshots and an int64 in msgspec (whose bounds stop there).
+VERSION_MAX = 2**63 - 1
+
 #: The persister never has more batches in flight than this, so one LIST of this many
 #: keys always reaches the durable region (storage.md, "Recovery").
 MAX_IN_FLIGHT_LIMIT = 1000

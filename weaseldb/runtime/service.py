@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, error_body
 from weaseldb.runtime import stalls
 
 log = logging.getLogger("weaseldb")
@@ -72,7 +73,7 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
         return Response(
             orjson.dumps(body),
             status_code=200 if health.ready else 503,
-            media_type="application/json",
+            media_type=JSON_MEDIA_TYPE,
         )
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
@@ -165,10 +166,11 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """A request that is not HTTP at all still gets a JSON error body."""
-        body = orjson.dumps({"error": "bad_request", "message": msg})
+        body = error_body(BAD_REQUEST, msg)
         self.transport.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: %s\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (JSON_MEDIA_TYPE.encode(), len(body), body)
         )
         self.transport.close()
 

@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 import aiohttp
+import msgspec
 from prometheus_client import Counter
 
+from weaseldb.core.channels import Role, decode_readiness
 from weaseldb.core.store import BlobError
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
@@ -171,16 +173,17 @@ class Observer:
         )
 
     async def _is_standby(self, pod: dict[str, Any]) -> bool:
-        """The persister answers /readyz 503 with reason "standby: ..." while it waits."""
+        """Whether the pod's persister says it waits as a standby: the `role` of its /readyz
+        answer (weaseldb.core.channels.Readiness), not the wording of its reason."""
         url = stage_url(pod, "persister")
         if url is None or self._http is None:
             return False
         try:
             async with self._http.get(f"{url}/readyz") as response:
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+                readiness = decode_readiness(await response.read())
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return False
-        return str(body.get("reason", "")).startswith("standby")
+        return readiness.role is Role.STANDBY
 
     async def _act(self, db: Database, decision: Decision, pods: list[dict[str, Any]]) -> None:
         for name, role in decision.labels.items():

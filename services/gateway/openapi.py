@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from weaseldb.core.channels import Role
 from weaseldb.core.config import GatewayConfig
 
 JSON = "application/json"
@@ -184,8 +185,12 @@ def components(limits: GatewayConfig) -> dict[str, Any]:
         },
         "Health": {
             "type": "object",
-            "properties": {"ready": {"type": "boolean"}, "reason": {"type": "string"}},
-            "required": ["ready", "reason"],
+            "properties": {
+                "ready": {"type": "boolean"},
+                "role": {"type": "string", "enum": [role.value for role in Role]},
+                "reason": {"type": "string"},
+            },
+            "required": ["ready", "role", "reason"],
         },
     }
 

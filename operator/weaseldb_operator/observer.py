@@ -72,6 +72,20 @@ def stage_url(pod: dict[str, Any], stage: str) -> str | None:
     return f"http://{ip}:{port}" if ip and port else None
 
 
+async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Role | None:
+    """What the pod's persister says it is: the `role` of its /readyz answer
+    (weaseldb.core.channels.Readiness), never the wording of its `reason`. None when it
+    cannot tell (no address yet, no answer, or an answer without a role)."""
+    url = stage_url(pod, "persister")
+    if url is None:
+        return None
+    try:
+        async with http.get(f"{url}/readyz") as response:
+            return decode_readiness(await response.read()).role
+    except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+        return None
+
+
 class Observer:
     def __init__(self, kube: Kube, namespace: str | None, interval: float = 2.0) -> None:
         self._kube = kube
@@ -173,17 +187,9 @@ class Observer:
         )
 
     async def _is_standby(self, pod: dict[str, Any]) -> bool:
-        """Whether the pod's persister says it waits as a standby: the `role` of its /readyz
-        answer (weaseldb.core.channels.Readiness), not the wording of its reason."""
-        url = stage_url(pod, "persister")
-        if url is None or self._http is None:
+        if self._http is None:
             return False
-        try:
-            async with self._http.get(f"{url}/readyz") as response:
-                readiness = decode_readiness(await response.read())
-        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
-            return False
-        return readiness.role is Role.STANDBY
+        return await persister_role(self._http, pod) is Role.STANDBY
 
     async def _act(self, db: Database, decision: Decision, pods: list[dict[str, Any]]) -> None:
         for name, role in decision.labels.items():

@@ -101,9 +101,9 @@ class Role(enum.StrEnum):
     """What a stage process is to its set right now: the part of /readyz a program reads
     (`reason` says the same, and why, for people)."""
 
-    STARTING = "starting"  # not serving a term yet: recovering, opening or waiting for one
+    STARTING = "starting"  # not serving a term: recovering, opening or waiting for one
     STANDBY = "standby"  # persister: another pod holds the newest term; waits for /promote
-    LEADER = "leader"  # serving the current term
+    LEADER = "leader"  # serving the current term (and then, only then, ready)
     LOST = "lost"  # gateway: had a term; its persister deposed or went silent
     STOPPING = "stopping"  # draining after a signal
 

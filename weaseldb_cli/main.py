@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from weaseldb.core import channels
 from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
 
@@ -109,7 +110,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     cfg = cfg.model_copy(update={"run_dir": str(run_dir), "gateway": gateway_for_host(cfg)})
     if cfg.store.startswith("dir:"):
         Path(cfg.store.removeprefix("dir:")).mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / "config.json"
+    config_path = channels.config_path(run_dir)
     config_path.write_text(cfg.model_dump_json(indent=2))
     processes = ProcessSet(cfg, config_path, SERVICE_COMMAND)
     processes.start()

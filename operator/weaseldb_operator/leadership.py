@@ -51,7 +51,7 @@ class PodView:
     ready: bool
     not_ready_since: float | None = None  # epoch seconds of the Ready condition's transition
     deleting: bool = False
-    standby: bool = False  # its persister answered /readyz with a "standby" reason
+    standby: bool = False  # its persister's /readyz answer has the role standby
     role: str | None = None  # current value of the role label
     revision: str | None = None  # the StatefulSet revision it was created from
 

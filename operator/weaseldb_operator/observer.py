@@ -15,8 +15,10 @@ import time
 from typing import Any
 
 import aiohttp
+import msgspec
 from prometheus_client import Counter
 
+from weaseldb.core.channels import Role, decode_readiness
 from weaseldb.core.store import BlobError
 from weaseldb.core.timestamps import iso_ms, now_iso, parse_iso
 from weaseldb_operator import conditions, rollout
@@ -64,6 +66,20 @@ def container_port(pod: dict[str, Any], name: str) -> int | None:
 def stage_url(pod: dict[str, Any], stage: str) -> str | None:
     ip, port = pod_ip(pod), container_port(pod, stage)
     return f"http://{ip}:{port}" if ip and port else None
+
+
+async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Role | None:
+    """What the pod's persister says it is: the `role` of its /readyz answer
+    (weaseldb.core.channels.Readiness), never the wording of its `reason`. None when it
+    cannot tell (no address yet, no answer, or an answer without a role)."""
+    url = stage_url(pod, "persister")
+    if url is None:
+        return None
+    try:
+        async with http.get(f"{url}/readyz") as response:
+            return decode_readiness(await response.read()).role
+    except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+        return None
 
 
 class Observer:
@@ -167,16 +183,9 @@ class Observer:
         )
 
     async def _is_standby(self, pod: dict[str, Any]) -> bool:
-        """The persister answers /readyz 503 with reason "standby: ..." while it waits."""
-        url = stage_url(pod, "persister")
-        if url is None or self._http is None:
+        if self._http is None:
             return False
-        try:
-            async with self._http.get(f"{url}/readyz") as response:
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return False
-        return str(body.get("reason", "")).startswith("standby")
+        return await persister_role(self._http, pod) is Role.STANDBY
 
     async def _act(self, db: Database, decision: Decision, pods: list[dict[str, Any]]) -> None:
         for name, role in decision.labels.items():

@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+from weaseldb.core.channels import CONFIG_FILE
 from weaseldb_operator.spec import (
     API_VERSION,
     CONFIG_DIR,
@@ -24,7 +25,6 @@ LEADER, STANDBY = "leader", "standby"
 CONFIG_HASH = "weaseldb.io/config-hash"
 #: Set by the StatefulSet controller on each pod: the template revision it was made from.
 REVISION_LABEL = "controller-revision-hash"
-CONFIG_FILE = "config.json"
 USER_ID = 10001
 
 

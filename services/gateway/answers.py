@@ -17,6 +17,7 @@ from msgspec import UNSET, UnsetType
 
 from services.gateway.requests import U64
 from services.gateway.retention import U64_MAX
+from weaseldb.core.channels import Readiness
 from weaseldb.core.types import ConflictReason, Outcome
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -87,13 +88,6 @@ class SnapshotList(msgspec.Struct):
     snapshots: list[Snapshot]
 
 
-class Health(msgspec.Struct):
-    """Readiness: `reason` says why not (more fields may follow)."""
-
-    ready: bool
-    reason: str
-
-
 class ErrorBody(msgspec.Struct):
     """Every error answer; more fields may follow."""
 
@@ -112,6 +106,6 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     Policy,
     PolicyList,
     SnapshotList,
-    Health,
+    Readiness,  # /readyz, every stage's (weaseldb.core.channels)
     ErrorBody,
 )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -26,6 +25,8 @@ from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.streams import SUBSCRIBE_PATH, ChangeStreams
+from weaseldb.core import channels
+from weaseldb.core.channels import Role
 from weaseldb.core.config import Config
 from weaseldb.core.errors import (
     JSON_MEDIA_TYPE,
@@ -85,8 +86,7 @@ class GatewayStage:
     def __init__(self, config: Config, ring: Ring, worker: int) -> None:
         endpoints = Endpoints(config)
         self.config = config
-        self.health = Health(reason="waiting for the persister to announce a term")
-        self.health.probe = self.readiness
+        self.health = Health("waiting for the persister to announce a term", probe=self.readiness)
         self.limits = Limits(
             config.gateway.max_key_bytes, config.gateway.max_value_bytes, config.gateway.max_items
         )
@@ -94,7 +94,7 @@ class GatewayStage:
             worker,
             ring.outbox(endpoints.sequencer),
             ring.inbox(endpoints.gateway(worker)),
-            VersionCell(Path(config.run_dir) / "committed.version"),
+            VersionCell(channels.version_cell_path(config.run_dir)),
             timeout_s=config.gateway.commit_timeout_s,
             max_waiting=config.gateway.max_waiting_requests,
             leader_silence_s=config.gateway.leader_silence_s,
@@ -106,6 +106,9 @@ class GatewayStage:
         self.lookups = StatusLookups(self.client, self.store)
         self.snapshots = SnapshotListing(self.store)
         self.streams = ChangeStreams(config, self.client, self.store, self.snapshots)
+        # Set after both exist: the streams need the client (to declare interest, to see
+        # leadership and the committed version) and the client must hand every event to
+        # the streams, so one of the two learns of the other after it is built.
         self.client.observer = self.streams.observe
         self.retention = RetentionPolicies(self.store)
         self.terms = TermProbe(self.store)
@@ -118,7 +121,7 @@ class GatewayStage:
             asyncio.create_task(self.client.expire_loop()),
         ]
         await self._signalled.wait()
-        self.health.set(False, "shutting down")
+        self.health.set(False, "shutting down", Role.STOPPING)
         self.streams.close_all()  # change streams end cleanly; clients resume elsewhere
         http.stop()  # stop accepting; in-flight requests still get their answers
         await http.finished.wait()
@@ -133,8 +136,16 @@ class GatewayStage:
 
     def readiness(self) -> None:
         lead = self.client.leadership
-        self.health.set(lead.leading, lead.reason)
-        self.health.details.update(leader_id=lead.leader_id, term=lead.term)
+        self.health.set(lead.leading, lead.reason, self._role())
+        self.health.readiness.leader_id, self.health.readiness.term = lead.leader_id, lead.term
+
+    def _role(self) -> Role:
+        lead = self.client.leadership
+        if lead.leading:
+            return Role.LEADER
+        if self._signalled.is_set() or self.client.stopped.is_set():
+            return Role.STOPPING
+        return Role.LOST if lead.term else Role.STARTING
 
     def require_leader(self, request_id: str | None = None) -> None:
         if not self.client.leadership.leading:

@@ -30,6 +30,7 @@ from services.gateway import answers, errors
 from services.gateway.requests import CommitRequest
 from services.gateway.retention import BelowLogStart
 from weaseldb.core import layout
+from weaseldb.core.channels import Readiness
 from weaseldb.core.config import GatewayConfig
 from weaseldb.core.errors import (
     JSON_MEDIA_TYPE,
@@ -107,7 +108,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ),
     ("/healthz", "get"): Route({"200": {"description": "alive", "content": _json({})}}),
     ("/readyz", "get"): Route(
-        {"200": _ok(answers.Health), "503": _ok(answers.Health, "not ready: the reason")}
+        {"200": _ok(Readiness), "503": _ok(Readiness, "not ready: the reason")}
     ),
     ("/metrics", "get"): Route(
         {"200": {"description": "Prometheus", "content": {"text/plain": {"schema": {}}}}}

@@ -40,6 +40,7 @@ from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from weaseldb.core import requestids
+from weaseldb.core.channels import Role
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import (
     CommitEntry,
@@ -214,7 +215,9 @@ class PersisterStage:
         holder = await newest_claim_holder(self._store, self._config.persister)
         if holder.pod is None or holder.pod == self._config.pod_name:
             return True, holder
-        self.health.set(False, f"standby: the newest term is held by pod {holder.pod}")
+        self.health.set(
+            False, f"standby: the newest term is held by pod {holder.pod}", Role.STANDBY
+        )
         return False, None
 
     async def _lead(self, renewing: bool) -> OpenedTerm | None:
@@ -245,7 +248,7 @@ class PersisterStage:
                 if renewing:
                     raise NotLeader(f"another process claimed the next term: {e}") from e
                 observed = None  # a promotion claims the term after the newest by then
-                self.health.set(False, f"standby: {e}")
+                self.health.set(False, f"standby: {e}", Role.STANDBY)
                 if not await self._wait_for_promotion():
                     return None
         self.health.set(False, f"recovering term {claimed.term}")
@@ -569,7 +572,7 @@ class PersisterStage:
     def _store_full_changed(self, full: bool) -> None:
         """Tell every gateway worker now (not at the next heartbeat): while the store is
         full they refuse commits with 503 store_full, and answer the waiting ones."""
-        self.health.details["store_full"] = full
+        self.health.readiness.store_full = full
         self._flush_outgoing(everyone=True)
 
     def _durable_wanted(self) -> bool:

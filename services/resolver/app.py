@@ -9,7 +9,6 @@ subscribers); a worker says so with an `Interest` entry on the ring.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 
 from fastapi import FastAPI
@@ -30,7 +29,7 @@ from weaseldb.core.protocol import (
 )
 from weaseldb.runtime.relay import RelayStage
 from weaseldb.runtime.ring import Endpoints, Outbox, Ring
-from weaseldb.runtime.service import Health, HttpServer, stage_app
+from weaseldb.runtime.service import Health, stage_app
 
 #: Unsent accepted-event frames kept before the backlog is dropped.
 ACCEPTED_BACKLOG_BYTES = 16 * 1024 * 1024
@@ -138,19 +137,6 @@ class AcceptedPublisher:
                     await self._outboxes[worker].send(frame.data)
 
 
-class ResolverStage(RelayStage):
-    publisher: AcceptedPublisher
-
-    async def run(self, http: HttpServer) -> int:
-        task = asyncio.create_task(self.publisher.run())
-        try:
-            return await super().run(http)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
     resolver = Resolver(config.resolver)
@@ -166,7 +152,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
             health.set(True, "leading")
         return entries
 
-    stage = ResolverStage(
+    stage = RelayStage(
         "resolver",
         ring.inbox(endpoints.resolver),
         ring.outbox(endpoints.persister),
@@ -174,6 +160,6 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         shutdowns_expected=1,
         drain_timeout_s=config.drain_timeout_s,
         health=health,
+        companions=[publisher.run],  # publishing never delays forwarding to the persister
     )
-    stage.publisher = publisher
     return stage, stage_app("resolver", health)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from fastapi import FastAPI
 from prometheus_client import Gauge
 
 from services.sequencer.logic import Sequencer
-from weaseldb.core import requestids
+from weaseldb.core import channels, requestids
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import RingEntry
 from weaseldb.runtime.relay import RelayStage
@@ -21,13 +20,15 @@ REMEMBERED = Gauge("weaseldb_sequencer_request_ids", "Request ids remembered exa
 
 def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
-    run_dir = Path(config.run_dir)
+    run_dir = config.run_dir
     ids = config.idempotency
     sequencer = Sequencer(
         ids.request_id_memory,
         window_ms=int(ids.request_id_window_s * 1000),
         id_hard_cap=ids.request_id_max,
-        load_window=lambda name: requestids.decode_window((run_dir / name).read_bytes()),
+        load_window=lambda name: requestids.decode_window(
+            channels.id_window_path(run_dir, name).read_bytes()
+        ),
     )
     health = Health(reason="waiting for a term")
 
@@ -35,7 +36,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         forward = sequencer.sequence(entries, int(time.time() * 1000))
         if sequencer.leading and not health.ready:
             health.set(True, "leading")
-        health.details["last_assigned_version"] = sequencer.last_assigned
+        health.readiness.last_assigned_version = sequencer.last_assigned
         REMEMBERED.set(sequencer.remembered)
         return forward
 

@@ -217,6 +217,7 @@ def test_standby_waits_without_deposing_until_promoted(minio: MinioServer, tmp_p
             standby.start(timeout=8)  # never ready: it waits as a standby
         readiness = httpx.get(f"http://127.0.0.1:{standby.port + 3}/readyz").json()
         assert readiness["reason"].startswith("standby") and "db-0" in readiness["reason"]
+        assert readiness["role"] == "standby"  # what the operator reads
         first = httpx.post(
             f"{leader.url}/v1/commit",
             json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},

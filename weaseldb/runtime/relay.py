@@ -8,9 +8,11 @@ can follow it) and it has forwarded it; a signal alone just arms a drain timeout
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -30,6 +32,8 @@ BATCH = Histogram(
 )
 
 Process = Callable[[list[RingEntry]], list[RingEntry]]
+#: Work a stage runs beside its ring loop, for as long as the loop runs.
+Companion = Callable[[], Coroutine[Any, Any, None]]
 
 
 class RelayStage:
@@ -43,15 +47,28 @@ class RelayStage:
         shutdowns_expected: int,
         drain_timeout_s: float,
         health: Health,
+        companions: Sequence[Companion] = (),
     ) -> None:
         self.name = name
         self.health = health
+        self._companions = companions
         self._inbox, self._outbox, self._process = inbox, outbox, process
         self._shutdowns_needed = shutdowns_expected  # one per upstream sender
         self._drain_timeout_s = drain_timeout_s
         self._stop = asyncio.Event()
 
     async def run(self, http: HttpServer) -> int:
+        companions = [asyncio.create_task(run()) for run in self._companions]
+        try:
+            return await self._relay()
+        finally:
+            for task in companions:
+                task.cancel()
+            for task in companions:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _relay(self) -> int:
         loop_task = asyncio.create_task(self._loop())
         stop_task = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait({loop_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)

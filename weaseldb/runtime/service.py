@@ -15,17 +15,17 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-import orjson
 import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from weaseldb.core import channels
+from weaseldb.core.channels import Readiness, Role
 from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, error_body
 from weaseldb.runtime import stalls
 
@@ -47,17 +47,28 @@ GC_PAUSE = Histogram(
 )
 
 
-@dataclass
 class Health:
-    """Readiness as the stage sees it; /readyz answers 503 with `reason` until ready."""
+    """Readiness as the stage sees it: /readyz answers `readiness` (weaseldb.core.channels),
+    503 until `ready`. `probe`, when given, refreshes it each time /readyz is asked."""
 
-    ready: bool = False
-    reason: str = "starting"
-    details: dict[str, object] = field(default_factory=dict)
-    probe: Callable[[], None] | None = None  # refreshes the fields when /readyz is asked
+    def __init__(self, reason: str = "starting", *, probe: Callable[[], None] | None = None):
+        self.readiness = Readiness(ready=False, role=Role.STARTING, reason=reason)
+        self.probe = probe
 
-    def set(self, ready: bool, reason: str) -> None:
-        self.ready, self.reason = ready, reason
+    @property
+    def ready(self) -> bool:
+        return self.readiness.ready
+
+    @property
+    def reason(self) -> str:
+        return self.readiness.reason
+
+    def set(self, ready: bool, reason: str, role: Role | None = None) -> None:
+        """Without a `role`, a ready stage serves the term (leader) and one not ready yet
+        is starting; a standby, a gateway that lost its term or a draining stage says so."""
+        if role is None:
+            role = Role.LEADER if ready else Role.STARTING
+        self.readiness.ready, self.readiness.role, self.readiness.reason = ready, role, reason
 
 
 def add_operations_routes(app: FastAPI, health: Health) -> None:
@@ -69,10 +80,10 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
     async def readyz() -> Response:
         if health.probe is not None:
             health.probe()
-        body = {"ready": health.ready, "reason": health.reason, **health.details}
+        readiness = health.readiness
         return Response(
-            orjson.dumps(body),
-            status_code=200 if health.ready else 503,
+            channels.encode_readiness(readiness),
+            status_code=channels.readiness_status(readiness),
             media_type=JSON_MEDIA_TYPE,
         )
 
@@ -249,14 +260,14 @@ def replace_file(path: Path, data: bytes) -> None:
 
 
 def write_port_file(run_dir: str, name: str, port: int) -> None:
-    """`<run_dir>/<name>.port`: other stages read it while we start."""
-    replace_file(Path(run_dir) / f"{name}.port", str(port).encode())
+    """The port file (weaseldb.core.channels): other stages read it while we start."""
+    replace_file(channels.port_file(run_dir, name), channels.encode_port(port))
 
 
 def read_port_file(run_dir: str | Path, name: str) -> int | None:
     """The port a stage wrote at start; None when it has not written one (yet)."""
     try:
-        return int((Path(run_dir) / f"{name}.port").read_text())
+        return channels.decode_port(channels.port_file(run_dir, name).read_bytes())
     except (OSError, ValueError):
         return None
 

@@ -3,16 +3,16 @@
 The persister raises it before it answers any commit of a batch, and every gateway worker
 reads it for `/v1/version`, so the answer is at least the version of every commit already
 acknowledged by any worker. One aligned 8-byte store is atomic on the platforms we run on.
+Its place and layout are the channel's (weaseldb.core.channels: the version cell).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import struct
 from pathlib import Path
 
-_CELL = struct.Struct("<Q")
+from weaseldb.core.channels import VERSION_CELL_LAYOUT as _CELL
 
 
 class VersionCell:

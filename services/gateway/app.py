@@ -1,8 +1,8 @@
 """Gateway worker process: the client HTTP API (api.md) in front of the ring.
 
-`POST /v1/commit` is the hot path, so `CommitRoute` serves it as plain ASGI in front of
-FastAPI (no routing, dependency or middleware layers per request); everything else, and the
-OpenAPI description of the commit endpoint, is FastAPI's.
+`POST /v1/commit` is the hot path, so `CommitRoute` (commit_route.py) serves it as plain
+ASGI in front of FastAPI; everything else, and the OpenAPI description of the commit
+endpoint, is FastAPI's.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import Counter, Histogram
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from services.gateway import errors, openapi, sse
+from services.gateway.commit_route import CommitRoute
 from services.gateway.lookups import StatusLookups
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from services.gateway.readfence import TermProbe
 from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.gateway.snapshots import SnapshotListing
-from services.gateway.streams import SUBSCRIBE_PATH, ChangeStreams
+from services.gateway.streams import ChangeStreams
 from weaseldb.core import channels
 from weaseldb.core.channels import Role
 from weaseldb.core.config import Config
@@ -33,7 +34,6 @@ from weaseldb.core.errors import (
     BadRequest,
     CommitUnknown,
     LeaderChanged,
-    MethodNotAllowed,
     NotLeader,
     TooLarge,
 )
@@ -55,7 +55,6 @@ LATENCY = Histogram(
     "Commit latency inside the gateway",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
-COMMIT_PATH = "/v1/commit"
 STORE_REQUESTS = Counter(
     "weaseldb_gateway_store_requests_total",
     "Object-store requests of this gateway worker by operation and key area",
@@ -244,72 +243,6 @@ class GatewayStage:
         return orjson.dumps(body)
 
 
-class ClientGone(Exception):
-    """The client closed the connection before its whole request arrived: nothing to do,
-    nobody to answer."""
-
-
-class CommitRoute:
-    """ASGI: `POST /v1/commit` straight to the stage, `/v1/subscribe` to the change streams,
-    anything else to the FastAPI app."""
-
-    def __init__(self, app: ASGIApp, stage: GatewayStage) -> None:
-        self.app = app
-        self.stage = stage
-        self.limit = stage.config.gateway.max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == SUBSCRIBE_PATH:
-            await self.stage.streams.subscribe(scope, receive, send)
-            return
-        if scope["type"] != "http" or scope["path"] != COMMIT_PATH:
-            await self.app(scope, receive, send)
-            return
-        request_headers = dict(scope["headers"])
-        try:
-            if scope["method"] != "POST":
-                raise MethodNotAllowed(f"{COMMIT_PATH} accepts POST only", ["POST"])
-            body = await self._body(request_headers, receive)
-            answer = await self.stage.commit(body, _traceparent(request_headers))
-        except ClientGone:
-            return
-        except Exception as e:
-            await errors.send_error(send, e)
-            return
-        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(answer))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
-
-    async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
-        declared = headers.get(b"content-length")
-        expected = int(declared) if declared is not None and declared.isdigit() else None
-        if expected is not None and expected > self.limit:
-            raise TooLarge(f"request body of {expected} bytes exceeds {self.limit}")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()  # a body cut short is never committed
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                raise TooLarge(f"request body exceeds {self.limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        if expected is not None and size != expected:
-            raise BadRequest(f"the body has {size} bytes, its Content-Length says {expected}")
-        return b"".join(chunks)
-
-
-_JSON_HEADERS = [(b"content-type", JSON_MEDIA_TYPE.encode())]
-
-
-def _traceparent(headers: dict[bytes, bytes]) -> str:
-    return headers.get(b"traceparent", b"").decode("latin-1")
-
-
 def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIApp]:
     stage = GatewayStage(config, ring, worker)
     app = FastAPI(
@@ -322,7 +255,12 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
     _client_routes(app, stage)
     _retention_routes(app, stage.retention, config.gateway.max_body_bytes)
     openapi.install(app, config.gateway)
-    return stage, CommitRoute(app, stage)
+    return stage, CommitRoute(
+        app,
+        commit=stage.commit,
+        subscribe=stage.streams.subscribe,
+        max_body_bytes=config.gateway.max_body_bytes,
+    )
 
 
 def _client_routes(app: FastAPI, stage: GatewayStage) -> None:

@@ -33,13 +33,13 @@ from services.persister.leadership import (
     OpenedTerm,
     claim,
     newest_claim_holder,
-    now_ms,
     open_term,
 )
 from services.persister.outboxes import WorkerQueues
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from weaseldb.core import requestids
+from weaseldb.core.clock import now_ms
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import (
     CommitEntry,

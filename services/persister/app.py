@@ -19,6 +19,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+import aiohttp
 import msgspec
 from fastapi import FastAPI
 from prometheus_client import Counter, Gauge
@@ -62,7 +63,7 @@ from weaseldb.core.protocol import (
 )
 from weaseldb.core.store import BlobStore, StoreFull
 from weaseldb.core.types import NotLeader
-from weaseldb.runtime import tracing
+from weaseldb.runtime import probe, tracing
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, read_port_file, replace_file, stage_app
 from weaseldb.runtime.stores.metered import MeteredStore
@@ -375,25 +376,20 @@ class PersisterStage:
         Hello is on the way (through the resolver, for the sequencer's): announcing before
         it arrives would take it for a restart and open a second term at once."""
         deadline = time.monotonic() + RING_ASSEMBLY_S
-        while not self._ring_assembled.is_set() and time.monotonic() < deadline:
-            missing = {"sequencer", "resolver"} - self._heard
-            if all([await self._holds_a_term(stage) for stage in missing]):
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ring_assembled.wait(), 0.1)
+        async with probe.session() as http:
+            while not self._ring_assembled.is_set() and time.monotonic() < deadline:
+                missing = {"sequencer", "resolver"} - self._heard
+                if all([await self._holds_a_term(http, stage) for stage in missing]):
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ring_assembled.wait(), 0.1)
 
-    async def _holds_a_term(self, stage: str) -> bool:
+    async def _holds_a_term(self, http: aiohttp.ClientSession, stage: str) -> bool:
         # The port it really has (port 0 picks one), once it wrote it.
         written = read_port_file(self._run_dir, stage)
         port = written if written is not None else getattr(self._config.ports, stage)
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.5)
-            writer.write(b"GET /readyz HTTP/1.0\r\n\r\n")
-            status = await asyncio.wait_for(reader.readline(), 0.5)
-            writer.close()
-            return b" 200 " in status
-        except (OSError, TimeoutError):
-            return False
+        answer = await probe.readyz(http, "127.0.0.1", port)
+        return answer is not None and answer.ready
 
     def _announce(self, term: OpenedTerm) -> None:
         self.health.set(False, "announcing the term on the ring")

@@ -4,10 +4,8 @@ term, whether the store is full) and the heartbeat, each worker's share queued a
 on its own queue (outboxes.py).
 
 A release round first indexes its batches and raises the shared version (the version cell)
-before any answer leaves, so a client that got "committed" reads its own write. Events go
-only to workers whose subscribers want them and are encoded once per round for all of them;
-a worker with neither answers nor subscribers hears nothing but the heartbeat, as waking it
-would cost a context switch per round.
+before any answer leaves, so a client that got "committed" reads its own write. What the
+answers are, and which outcomes are remembered for retries, is `Answers` (answers.py).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class Signal(enum.Enum):
     RESET = "reset"  # raised exactly while the phase is RESETTING
 
 
-async def any_set(events: tuple[asyncio.Event, ...], *, at_most_s: float | None = None) -> None:
+async def _any_set(events: tuple[asyncio.Event, ...], *, at_most_s: float | None = None) -> None:
     """Wait until one of `events` is set, or `at_most_s` seconds have passed."""
     waits = [asyncio.create_task(event.wait()) for event in events]
     await asyncio.wait(waits, timeout=at_most_s, return_when=asyncio.FIRST_COMPLETED)
@@ -75,7 +75,7 @@ class TermState:
     ) -> None:
         """Wait until one of `signals` (or of the events `also`) is raised, or at most
         `at_most_s` seconds."""
-        await any_set((*(self._signals[s] for s in signals), *also), at_most_s=at_most_s)
+        await _any_set((*(self._signals[s] for s in signals), *also), at_most_s=at_most_s)
 
     async def promoted(self) -> bool:
         """Wait for a promotion; False when the process stops first."""

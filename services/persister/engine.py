@@ -33,10 +33,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from services.persister.fullness import PROBE_INTERVAL_S, Fullness
-from services.persister.leadership import OpenedTerm, now_ms, with_retries
+from services.persister.leadership import OpenedTerm
 from services.persister.release import OrderedRelease, Slot
 from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import Transaction
+from weaseldb.core.clock import now_ms
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.protocol import (
     CommitEntry,
@@ -48,6 +49,7 @@ from weaseldb.core.protocol import (
 )
 from weaseldb.core.store import AlreadyExists, BlobStore, StoreFull
 from weaseldb.core.types import Deposed, WeaselError
+from weaseldb.runtime.retries import with_retries
 
 log = logging.getLogger("weaseldb.persister")
 

@@ -21,13 +21,14 @@ import numpy as np
 from prometheus_client import Counter
 
 from services.persister.fullness import Fullness
-from services.persister.leadership import with_retries
 from weaseldb.core import batchfile, layout, logstart, recovery, requestids
+from weaseldb.core.clock import now_ms
 from weaseldb.core.config import IdempotencyConfig, PersisterConfig
 from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
 from weaseldb.core.store import AlreadyExists, BlobError, BlobStore, StoreFull
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 from weaseldb.runtime import heap
+from weaseldb.runtime.retries import with_retries
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -83,7 +84,7 @@ async def write_segment(
         term=term,
         first_version=stretch.first_version,
         last_version=stretch.last_version,
-        created_at_ms=int(time.time() * 1000),
+        created_at_ms=now_ms(),
         promise=promise,
     )
     key = layout.request_index_key(stretch.newest_batch, stretch.oldest_batch)
@@ -190,9 +191,7 @@ class IndexWriter:
         if run is None:
             return False
         parts = [requestids.decode_segment(await store.get(h.key), key=h.key) for h in run]
-        data = await asyncio.to_thread(
-            requestids.merge, parts, int(time.time() * 1000), self._promise
-        )
+        data = await asyncio.to_thread(requestids.merge, parts, now_ms(), self._promise)
         merged = layout.request_index_key(run[-1].newest_batch, run[0].oldest_batch)
         with contextlib.suppress(AlreadyExists):
             await with_retries(lambda: store.put_if_absent(merged, data), self._config, merged)

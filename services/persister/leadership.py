@@ -13,21 +13,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import orjson
 
 from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import BatchKind
+from weaseldb.core.clock import now_ms
 from weaseldb.core.config import PersisterConfig
-from weaseldb.core.store import AlreadyExists, BlobStore, TransientError
-from weaseldb.core.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
-
-T = TypeVar("T")
-
+from weaseldb.core.store import AlreadyExists, BlobStore
+from weaseldb.core.types import NUMBER_TOP, Deposed, NotLeader
+from weaseldb.runtime.retries import with_retries
 
 #: Fence batches written at once when a term opens.
 FENCE_PARALLELISM = 64
@@ -51,24 +47,6 @@ class OpenedTerm:
     opening_batch: int
     next_number: int  # where the first data batch goes
     last_version: int  # versions of this term start right after it
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-async def with_retries(action: Callable[[], Awaitable[T]], config: PersisterConfig, what: str) -> T:
-    """Run `action`, retrying transient store errors with exponential backoff from
-    `retry_base_delay_ms`, `max_retry_attempts` times; then raise StoreUnavailable."""
-    attempt = 0
-    while True:
-        try:
-            return await action()
-        except TransientError as e:
-            attempt += 1
-            if attempt > config.max_retry_attempts:
-                raise StoreUnavailable(f"{what}: gave up after {attempt} attempts: {e}") from e
-            await asyncio.sleep(config.retry_base_delay_ms / 1000 * 2 ** (attempt - 1))
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import FastAPI
 from prometheus_client import Gauge
 
 from services.sequencer.logic import Sequencer
 from weaseldb.core import channels, requestids
+from weaseldb.core.clock import now_ms
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import RingEntry
 from weaseldb.runtime.relay import RelayStage
@@ -33,7 +32,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
     health = Health(reason="waiting for a term")
 
     def process(entries: list[RingEntry]) -> list[RingEntry]:
-        forward = sequencer.sequence(entries, int(time.time() * 1000))
+        forward = sequencer.sequence(entries, now_ms())
         if sequencer.leading and not health.ready:
             health.set(True, "leading")
         health.readiness.last_assigned_version = sequencer.last_assigned

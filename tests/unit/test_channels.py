@@ -16,10 +16,6 @@ from weaseldb.runtime.service import Health
 REPO = Path(__file__).resolve().parents[2]
 #: How each channel's file is spelled; only weaseldb/core/channels.py may spell it.
 SPELLINGS = re.compile(r"""idwindow-|committed\.version|["']config\.json|\.port["']""")
-#: Still spelled there until the persister is split into rooms (issue 24, item 2), which
-#: moves these lines; the rooms use channels.id_window_name / ID_WINDOW_GLOB and
-#: channels.version_cell_path.
-PENDING = {"services/persister/app.py"}
 
 
 def test_an_id_window_is_read_only_under_its_own_name(tmp_path: Path) -> None:
@@ -69,4 +65,4 @@ def test_only_the_channels_module_spells_a_channel_file() -> None:
         for path in sources
         if path != REPO / "weaseldb/core/channels.py" and SPELLINGS.search(path.read_text())
     }
-    assert spelled <= PENDING, f"use weaseldb.core.channels in {sorted(spelled - PENDING)}"
+    assert not spelled, f"use weaseldb.core.channels in {sorted(spelled)}"

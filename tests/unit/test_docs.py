@@ -16,7 +16,7 @@ import pytest
 from services.gateway import errors as gateway_errors
 from services.gateway import retention, subscriptions
 from services.persister import app as persister_app
-from services.persister import engine, fullness
+from services.persister import assembly, engine, fullness, leader
 from services.resolver import app as resolver_app
 from weaseldb.core import config, gc, idring, layout, recovery, requestids, sizing, types
 from weaseldb.runtime import stalls
@@ -218,8 +218,8 @@ def test_architecture_numbers() -> None:
         doc,
         f"LIST of at most {types.MAX_IN_FLIGHT_LIMIT} batch keys",
         f"the next {recovery.FENCE_LENGTH} numbers with empty fence batches",
-        f"waits up to {seconds(persister_app.RING_ASSEMBLY_S)} for the sequencer's",
-        f"speaks to every worker at least every {seconds(persister_app.HEARTBEAT_S)}",
+        f"waits up to {seconds(assembly.RING_ASSEMBLY_S)} for the sequencer's",
+        f"speaks to every worker at least every {seconds(leader.HEARTBEAT_S)}",
         f"every {seconds(fullness.PROBE_INTERVAL_S)} (`services/persister/fullness.py`, "
         "`PROBE_INTERVAL_S`)",
         f"tops up {directory.SPARE_FILES} unnamed spare files",

@@ -15,7 +15,7 @@ from services.persister.leadership import Holder, LostClaim, OpenedTerm, claim
 from tests.support.cluster import short_run_dir
 from weaseldb.core import layout
 from weaseldb.core.config import Config, PersisterConfig
-from weaseldb.core.protocol import Hello
+from weaseldb.core.protocol import Hello, TermStart
 from weaseldb.core.store import TransientError
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb.runtime.ring import Ring
@@ -65,12 +65,13 @@ def test_a_gateway_hello_during_a_term_reset_waits_for_the_next_term() -> None:
         run_dir = short_run_dir()
         ring = Ring()
         stage = PersisterStage(Config(store="memory:", run_dir=str(run_dir)), ring, MemoryStore())
-        stage._term = OpenedTerm(NUMBER_TOP, "L", NUMBER_TOP, NUMBER_TOP - 1000, 0)
-        stage._announced = True
-        stage._take(list(hellos))
+        term = OpenedTerm(NUMBER_TOP, "L", NUMBER_TOP, NUMBER_TOP - 1000, 0)
+        stage.state.opened(term)
+        stage.state.announce(TermStart(term.term, term.leader_id, 1, 0, ""))
+        stage.dispatch.take(list(hellos))
         ring.close()
         shutil.rmtree(run_dir)
-        return [queue.pending_bytes for queue in stage._queues]
+        return [queue.pending_bytes for queue in stage.outgoing.queues]
 
     assert asyncio.run(answered([Hello("gateway", 0)])) != [0]  # told the current term
     assert asyncio.run(answered([Hello("sequencer"), Hello("gateway", 0)])) == [0]

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter
 
-from weaseldb.core.store import BlobError
+from weaseldb.core.errors import StoreError
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -122,7 +122,7 @@ class Observer:
         compaction_conditions, compaction_status = await self._compaction.observe(db, body)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
-        except (BlobError, OSError, UnreadableClaim) as e:
+        except (StoreError, OSError, UnreadableClaim) as e:
             updates = [*_unreachable(db, e), *compaction_conditions]
             await self._write_status(db, body, None, updates, None, compaction_status)
             return

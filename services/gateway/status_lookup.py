@@ -13,8 +13,9 @@ from collections import OrderedDict
 
 from services.gateway import status as status_logic
 from weaseldb.core import requestids
+from weaseldb.core.errors import NotFound
 from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.core.types import Outcome
 
 #: Segment headers kept per gateway worker (a header is ~16 bytes per bucket).

@@ -41,6 +41,7 @@ from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from weaseldb.core import requestids
 from weaseldb.core.config import Config
+from weaseldb.core.errors import NotLeader, StoreFull
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -60,8 +61,7 @@ from weaseldb.core.protocol import (
     encode_batch,
     encode_shared,
 )
-from weaseldb.core.store import BlobStore, StoreFull
-from weaseldb.core.types import NotLeader
+from weaseldb.core.store import BlobStore
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, read_port_file, replace_file, stage_app

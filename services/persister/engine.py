@@ -38,6 +38,7 @@ from services.persister.release import OrderedRelease, Slot
 from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import AlreadyExists, Deposed, StoreFull, WeaselError
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -46,8 +47,7 @@ from weaseldb.core.protocol import (
     StatusEntry,
     Write,
 )
-from weaseldb.core.store import AlreadyExists, BlobStore, StoreFull
-from weaseldb.core.types import Deposed, WeaselError
+from weaseldb.core.store import BlobStore
 
 log = logging.getLogger("weaseldb.persister")
 

@@ -24,8 +24,9 @@ from services.persister.fullness import Fullness
 from services.persister.leadership import with_retries
 from weaseldb.core import batchfile, layout, logstart, recovery, requestids
 from weaseldb.core.config import IdempotencyConfig, PersisterConfig
+from weaseldb.core.errors import AlreadyExists, StoreError, StoreFull
 from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
-from weaseldb.core.store import AlreadyExists, BlobError, BlobStore, StoreFull
+from weaseldb.core.store import BlobStore
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 from weaseldb.runtime import heap
 
@@ -156,7 +157,7 @@ class IndexWriter:
             await write_segment(
                 self._store, self._config, stretch, self._term, promise=self._promise
             )
-        except BlobError as e:
+        except StoreError as e:
             SEGMENT_ERRORS.inc()
             if isinstance(e, StoreFull):  # said once, by `fullness`; tried again next tick
                 self._fullness.refused(FULLNESS_KEY, e)

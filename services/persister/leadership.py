@@ -23,8 +23,9 @@ import orjson
 from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.config import PersisterConfig
-from weaseldb.core.store import AlreadyExists, BlobStore, TransientError
-from weaseldb.core.types import NUMBER_TOP, Deposed, NotLeader, StoreUnavailable
+from weaseldb.core.errors import AlreadyExists, Deposed, NotLeader, StoreUnavailable, TransientError
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
 
 T = TypeVar("T")
 

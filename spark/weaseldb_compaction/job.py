@@ -36,9 +36,10 @@ import msgspec
 from pyspark.sql import DataFrame, SparkSession
 
 from weaseldb.core import gc, history, logstart, manifest
+from weaseldb.core.errors import AlreadyExists
 from weaseldb.core.fold import RangeFragments
 from weaseldb.core.manifest import Manifest, SnapshotFile, SourceBatches
-from weaseldb.core.store import AlreadyExists, BlobStore, list_all
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.validity import Seed
 from weaseldb.runtime.heartbeat import RunHeartbeat
 from weaseldb.runtime.stores import open_store

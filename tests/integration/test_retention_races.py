@@ -21,8 +21,8 @@ import pytest
 from services.gateway.retention import BelowLogStart
 from services.gateway.retention_api import RetentionPolicies
 from weaseldb.core import gc, history, logstart, manifest
-from weaseldb.core.errors import Conflict
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.errors import Conflict, NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb.runtime.stores.directory import DirectoryStore
 

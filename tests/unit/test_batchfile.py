@@ -2,8 +2,8 @@ import pytest
 
 from weaseldb.core import batchfile
 from weaseldb.core.batchfile import Batch, BatchKind, Transaction
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import Delete, RangeDelete, Write
-from weaseldb.core.types import CorruptObject
 
 
 def _batch() -> Batch:

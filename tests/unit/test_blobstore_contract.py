@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.minio import MinioServer
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
+from weaseldb.core.errors import AlreadyExists, NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.runtime.stores import open_store
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.memory import MemoryStore

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists
+from weaseldb.core.errors import AlreadyExists
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 
@@ -101,7 +101,7 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
     O_TMPFILE, as here) and from a named temporary file (elsewhere). Either way the data
     is fsynced before the link and the directory after it, a second write of the key is
     refused, and nothing else is left in the directory."""
-    from weaseldb.core.store import AlreadyExists
+    from weaseldb.core.errors import AlreadyExists
     from weaseldb.runtime.stores import directory
 
     if unnamed:

@@ -24,9 +24,10 @@ from tests.support.faults import FaultyStore, fail_times
 from weaseldb.core import batchfile, history, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import Deposed, StoreUnavailable, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import BlobStore, TransientError
-from weaseldb.core.types import NUMBER_TOP, Deposed, StoreUnavailable
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
 from weaseldb.runtime.stores.memory import MemoryStore
 
 T = TypeVar("T")
@@ -269,7 +270,7 @@ def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
                 lost[0] = False
                 raise_after = key
                 await inner.put_if_absent(raise_after, _encoded(term, 1))
-                from weaseldb.core.store import TransientError
+                from weaseldb.core.errors import TransientError
 
                 raise TransientError("connection reset after the object was stored")
 

@@ -24,8 +24,8 @@ from services.persister.leadership import OpenedTerm, claim, open_term
 from services.persister.release import Slot
 from weaseldb.core import batchfile, history, layout, recovery, validity
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import AlreadyExists, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import AlreadyExists, TransientError
 from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(

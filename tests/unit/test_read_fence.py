@@ -9,7 +9,7 @@ import pytest
 
 from services.gateway.readfence import TermProbe
 from weaseldb.core import layout
-from weaseldb.core.store import TransientError
+from weaseldb.core.errors import TransientError
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb.runtime.stores.memory import MemoryStore
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from weaseldb.core import layout, requestids
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan, id_hash, make_entries
-from weaseldb.core.types import CorruptObject
 from weaseldb.runtime.stores.memory import MemoryStore
 
 TOP = 2**64 - 1

@@ -20,8 +20,8 @@ from services.persister.release import Slot
 from tests.support.tmpfs import SmallFilesystem, can_mount, small_filesystem
 from weaseldb.core import layout, recovery
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import NotFound, StoreFull, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import NotFound, StoreFull, TransientError
 from weaseldb.runtime.stores.directory import SPARE_FILES, DirectoryStore
 from weaseldb.runtime.stores.s3 import _translate
 

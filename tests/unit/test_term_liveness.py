@@ -15,8 +15,8 @@ from services.persister.leadership import Holder, LostClaim, OpenedTerm, claim
 from tests.support.cluster import short_run_dir
 from weaseldb.core import layout
 from weaseldb.core.config import Config, PersisterConfig
+from weaseldb.core.errors import TransientError
 from weaseldb.core.protocol import Hello
-from weaseldb.core.store import TransientError
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb.runtime.ring import Ring
 from weaseldb.runtime.stores.directory import DirectoryStore

@@ -13,8 +13,8 @@ import struct
 import msgspec
 import xxhash
 
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import Operation
-from weaseldb.core.types import CorruptObject
 
 MAGIC = b"WDB1"
 FORMAT_VERSION = 1

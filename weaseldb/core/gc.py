@@ -34,9 +34,10 @@ import msgspec
 
 from weaseldb.core import layout, logstart, manifest, policies, requestids
 from weaseldb.core.config import IdempotencyConfig
+from weaseldb.core.errors import NotFound
 from weaseldb.core.manifest import Manifest
 from weaseldb.core.requestids import Promise, SegmentHeader, SegmentSpan
-from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
 
 #: Readers' grace: an old snapshot is deleted this long after a newer one was published,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from weaseldb.core import batchfile, layout, logstart
-from weaseldb.core.errors import LogTruncated
+from weaseldb.core.errors import LogTruncated, NotFound
 from weaseldb.core.recovery import read_batch
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 
 

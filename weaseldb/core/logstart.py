@@ -14,8 +14,8 @@ from __future__ import annotations
 import msgspec
 
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import AlreadyExists, CorruptObject, NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.core.validity import GENESIS, Seed
 
 

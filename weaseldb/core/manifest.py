@@ -17,8 +17,8 @@ import msgspec
 import xxhash
 
 from weaseldb.core import layout
-from weaseldb.core.store import BlobStore, NotFound, list_all
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import CorruptObject, NotFound
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.validity import Seed
 
 FORMAT_VERSION = 1

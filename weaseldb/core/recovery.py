@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from weaseldb.core import batchfile, layout, logstart
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.errors import NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
 from weaseldb.core.validity import GENESIS, valid_flags
 

@@ -36,8 +36,8 @@ import xxhash
 
 from weaseldb.core import layout
 from weaseldb.core.config import IdempotencyConfig
-from weaseldb.core.store import BlobStore, NotFound, list_all
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import CorruptObject, NotFound
+from weaseldb.core.store import BlobStore, list_all
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
 Entries = npt.NDArray[np.void]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 from typing import NewType
 
-from weaseldb.core.errors import CorruptObject, Deposed, NotLeader, StoreUnavailable, WeaselError
-
 Version = NewType("Version", int)
 Term = NewType("Term", int)
 BatchNumber = NewType("BatchNumber", int)
@@ -29,22 +27,3 @@ class Outcome(enum.StrEnum):
 class ConflictReason(enum.StrEnum):
     CONFLICT = "conflict"
     TOO_OLD = "too_old"
-
-
-# The error vocabulary lives in weaseldb.core.errors; these names are kept for the modules that
-# import them from here.
-__all__ = [
-    "MAX_IN_FLIGHT_LIMIT",
-    "NUMBER_TOP",
-    "BatchNumber",
-    "ConflictReason",
-    "CorruptObject",
-    "Deposed",
-    "NotLeader",
-    "Outcome",
-    "RequestId",
-    "StoreUnavailable",
-    "Term",
-    "Version",
-    "WeaselError",
-]

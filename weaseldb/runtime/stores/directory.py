@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from weaseldb.core.store import AlreadyExists, NotFound, StoreFull
+from weaseldb.core.errors import AlreadyExists, NotFound, StoreFull
 
 log = logging.getLogger("weaseldb.core.store")
 

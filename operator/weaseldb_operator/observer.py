@@ -19,6 +19,7 @@ import aiohttp
 from prometheus_client import Counter
 
 from weaseldb.core.errors import StoreError
+from weaseldb.core.types import Stage
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -65,7 +66,7 @@ def container_port(pod: dict[str, Any], name: str) -> int | None:
     return None
 
 
-def stage_url(pod: dict[str, Any], stage: str) -> str | None:
+def stage_url(pod: dict[str, Any], stage: Stage) -> str | None:
     ip, port = pod_ip(pod), container_port(pod, stage)
     return f"http://{ip}:{port}" if ip and port else None
 
@@ -172,7 +173,7 @@ class Observer:
 
     async def _is_standby(self, pod: dict[str, Any]) -> bool:
         """The persister answers /readyz 503 with reason "standby: ..." while it waits."""
-        url = stage_url(pod, "persister")
+        url = stage_url(pod, Stage.PERSISTER)
         if url is None or self._http is None:
             return False
         try:
@@ -220,7 +221,7 @@ class Observer:
         if time.time() - last < db.leader_failover_seconds or self._http is None:
             return  # one promotion per failover period; the standby's claim takes a moment
         pod = next(p for p in pods if p["metadata"]["name"] == name)
-        url = stage_url(pod, "persister")
+        url = stage_url(pod, Stage.PERSISTER)
         self._promoted_at[db.uid] = time.time()
         log.warning("%s/%s: promoting standby %s (%s)", db.namespace, db.name, name, url)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -233,7 +234,7 @@ class Observer:
         if decision.leader is None or not decision.leader_ready or self._http is None:
             return None
         pod = next(p for p in pods if p["metadata"]["name"] == decision.leader.pod)
-        url = stage_url(pod, "gateway")
+        url = stage_url(pod, Stage.GATEWAY)
         try:
             async with self._http.get(f"{url}/v1/version") as response:
                 return int((await response.json(content_type=None))["version"])

@@ -39,6 +39,7 @@ from weaseldb.core.protocol import (
     decode_replies,
     encode_batch,
 )
+from weaseldb.core.types import Stage
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.versioncell import VersionCell
 
@@ -94,7 +95,7 @@ class PipelineClient:
         self._outbox, self._inbox, self._cell = outbox, inbox, cell
         self._next_ticket = 0
         self._waiting: dict[int, asyncio.Future[Reply]] = {}
-        self._queue: list[RingEntry] = [Hello("gateway", worker)]  # sent first, at start
+        self._queue: list[RingEntry] = [Hello(Stage.GATEWAY, worker)]  # sent first, at start
         self._queued = asyncio.Event()
         self._queued.set()
         # term -> the last ticket submitted before this worker forwarded that TermStart

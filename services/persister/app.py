@@ -62,6 +62,7 @@ from weaseldb.core.protocol import (
     encode_shared,
 )
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Stage
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, read_port_file, replace_file, stage_app
@@ -133,7 +134,7 @@ class PersisterStage:
         self._index: IndexWriter | None = None
         self._announced = False  # TermStart of `_term` was sent to the gateways
         self._ring_closed = False  # ... and a copy of it came back around the ring
-        self._heard: set[str] = set()  # stages whose Hello arrived
+        self._heard: set[Stage] = set()  # stages whose Hello arrived
         self._ring_assembled = asyncio.Event()  # ... the sequencer's and the resolver's
         self._reset = asyncio.Event()  # a sequencer or resolver restarted: new term
         self._shutdown = asyncio.Event()  # Shutdown came around the ring
@@ -376,7 +377,7 @@ class PersisterStage:
         it arrives would take it for a restart and open a second term at once."""
         deadline = time.monotonic() + RING_ASSEMBLY_S
         while not self._ring_assembled.is_set() and time.monotonic() < deadline:
-            missing = {"sequencer", "resolver"} - self._heard
+            missing = {Stage.SEQUENCER, Stage.RESOLVER} - self._heard
             if all([await self._holds_a_term(stage) for stage in missing]):
                 return
             with contextlib.suppress(TimeoutError):
@@ -473,16 +474,16 @@ class PersisterStage:
 
     def _on_hello(self, hello: Hello) -> None:
         self._heard.add(hello.stage)
-        if hello.stage == "gateway":
+        if hello.stage == Stage.GATEWAY:
             self._interest.pop(hello.worker, None)  # a new process: it has no subscribers
-        if {"sequencer", "resolver"} <= self._heard:
+        if {Stage.SEQUENCER, Stage.RESOLVER} <= self._heard:
             self._ring_assembled.set()
         if not self._announced or self._term is None or self._reset.is_set():
             # The coming announcement reaches it. While a reset is pending the current term
             # is over: a worker told of it would pass it on to a sequencer that restarted
             # too, and that one would number the old term's versions again.
             return
-        if hello.stage == "gateway":
+        if hello.stage == Stage.GATEWAY:
             log.info("gateway worker %d (re)started: announcing the term to it", hello.worker)
             self._queues.put(hello.worker, encode_batch([self._term_start(self._term)]))
             return
@@ -516,7 +517,7 @@ class PersisterStage:
         released_ns = time.time_ns()
         now = now_ms()
         for slot in slots:
-            tracing.record_stage("persister", slot.riders, slot.opened_ns, released_ns)
+            tracing.record_stage(Stage.PERSISTER, slot.riders, slot.opened_ns, released_ns)
             if slot.batch is not None:
                 self._committed = slot.last_version
                 BATCHES.inc()
@@ -617,7 +618,7 @@ class PersisterStage:
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
     metered = MeteredStore(store, lambda op, area: STORE_REQUESTS.labels(op, area).inc())
     stage = PersisterStage(config, ring, metered)
-    app = stage_app("persister", stage.health)
+    app = stage_app(Stage.PERSISTER, stage.health)
 
     @app.post("/promote", tags=["operations"], summary="Let a standby claim the next term")
     async def promote() -> dict[str, str]:

@@ -28,6 +28,7 @@ from weaseldb.core.protocol import (
     TermStart,
     encode_batch,
 )
+from weaseldb.core.types import Stage
 from weaseldb.runtime.relay import RelayStage
 from weaseldb.runtime.ring import Endpoints, Outbox, Ring
 from weaseldb.runtime.service import Health, HttpServer, stage_app
@@ -94,7 +95,7 @@ class AcceptedPublisher:
 
     def _take_interest(self, entry: Interest | Hello) -> None:
         if isinstance(entry, Hello):
-            if entry.stage == "gateway":
+            if entry.stage == Stage.GATEWAY:
                 self._wanted.pop(entry.worker, None)  # a new process: no subscribers yet
             return
         if not 0 <= entry.worker < len(self._outboxes):
@@ -167,7 +168,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         return entries
 
     stage = ResolverStage(
-        "resolver",
+        Stage.RESOLVER,
         ring.inbox(endpoints.resolver),
         ring.outbox(endpoints.persister),
         process,
@@ -176,4 +177,4 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         health=health,
     )
     stage.publisher = publisher
-    return stage, stage_app("resolver", health)
+    return stage, stage_app(Stage.RESOLVER, health)

@@ -63,7 +63,7 @@ from weaseldb.core.protocol import (
     point_range,
     written_ranges,
 )
-from weaseldb.core.types import ConflictReason
+from weaseldb.core.types import ConflictReason, Stage
 
 log = logging.getLogger("weaseldb.resolver")
 
@@ -149,7 +149,7 @@ class Resolver:
                     self._resolve_commit(entry)
             elif isinstance(entry, TermStart):
                 self.start_term(entry)
-            elif isinstance(entry, Hello) and entry.stage == "sequencer":
+            elif isinstance(entry, Hello) and entry.stage == Stage.SEQUENCER:
                 self._retire("the sequencer restarted")
 
     def _resolve_commit(self, entry: CommitEntry) -> None:

@@ -27,7 +27,7 @@ from weaseldb.core.protocol import (
     Write,
     decode_replies,
 )
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, Stage
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.stores.memory import MemoryStore
 
@@ -181,7 +181,7 @@ def test_accepted_events_go_only_to_workers_that_asked() -> None:
 
         publisher.collect([TermStart(9, "L", 1, 0), commit(1)], 1)
         publisher.collect([commit(2), Interest(1, accepted=7), commit(3)], 3)
-        publisher.collect([commit(4), Hello("gateway", 1), commit(5)], 5)  # it restarted
+        publisher.collect([commit(4), Hello(Stage.GATEWAY, 1), commit(5)], 5)  # it restarted
         await asyncio.sleep(0.01)
         sender.cancel()
         decoded = [

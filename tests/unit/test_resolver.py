@@ -23,6 +23,7 @@ from weaseldb.core.protocol import (
     TermStart,
     Write,
 )
+from weaseldb.core.types import Stage
 
 _tickets = itertools.count()
 
@@ -362,7 +363,7 @@ def test_a_restarted_sequencer_retires_the_term_until_the_next_one() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"x", b"")]), commit(2)])
     renumbered = commit(1)
-    resolver.resolve([Hello("sequencer"), term(1), renumbered])
+    resolver.resolve([Hello(Stage.SEQUENCER), term(1), renumbered])
     assert renumbered.state == CommitState.NOT_LEADER
     served = commit(3, term=2, preconditions=[PointRead(b"x", 2)])
     resolver.resolve([term(3, number=2), served])
@@ -385,5 +386,5 @@ def test_versions_going_backwards_retire_the_term() -> None:
 def test_a_sequencer_hello_before_any_term_changes_nothing() -> None:
     resolver = Resolver(Window(), FakeClock())
     first = commit(1)
-    resolver.resolve([Hello("sequencer"), term(1), first])
+    resolver.resolve([Hello(Stage.SEQUENCER), term(1), first])
     assert first.state == CommitState.ACCEPTED

@@ -2,6 +2,7 @@ from services.sequencer.logic import Sequencer
 from services.sequencer.window import FadedIds, RequestIdWindow
 from weaseldb.core.protocol import CommitEntry, CommitState, Hello, StatusEntry, TermStart, Write
 from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
+from weaseldb.core.types import Stage
 
 
 def commit(request_id: str) -> CommitEntry:
@@ -104,7 +105,7 @@ def test_every_copy_of_the_term_start_is_forwarded_but_counts_once() -> None:
 
 
 def test_hello_passes_through_to_the_persister() -> None:
-    hello = Hello("gateway", 3)
+    hello = Hello(Stage.GATEWAY, 3)
     assert Sequencer().sequence([hello], 0) == [hello]
 
 

@@ -17,7 +17,7 @@ from weaseldb.core import layout
 from weaseldb.core.config import Config, PersisterConfig
 from weaseldb.core.errors import TransientError
 from weaseldb.core.protocol import Hello
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, Stage
 from weaseldb.runtime.ring import Ring
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.memory import MemoryStore
@@ -72,5 +72,5 @@ def test_a_gateway_hello_during_a_term_reset_waits_for_the_next_term() -> None:
         shutil.rmtree(run_dir)
         return [queue.pending_bytes for queue in stage._queues]
 
-    assert asyncio.run(answered([Hello("gateway", 0)])) != [0]  # told the current term
-    assert asyncio.run(answered([Hello("sequencer"), Hello("gateway", 0)])) == [0]
+    assert asyncio.run(answered([Hello(Stage.GATEWAY, 0)])) != [0]  # told the current term
+    assert asyncio.run(answered([Hello(Stage.SEQUENCER), Hello(Stage.GATEWAY, 0)])) == [0]

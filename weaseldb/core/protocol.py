@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from weaseldb.core.types import Stage
+
 
 class Write(msgspec.Struct, tag="w", array_like=True, frozen=True):
     key: bytes
@@ -115,7 +117,7 @@ class Hello(msgspec.Struct, tag="h", array_like=True):
     means the ring lost state, so the persister opens a new term. A gateway worker only
     needs the current term announced to it again."""
 
-    stage: str
+    stage: Stage
     worker: int = 0
 
 

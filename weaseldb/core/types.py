@@ -18,6 +18,21 @@ NUMBER_TOP = 2**64 - 1
 MAX_IN_FLIGHT_LIMIT = 1000
 
 
+class Stage(enum.StrEnum):
+    """The four stage processes, in the order of their ports (the gateway's is the client
+    port, `weaseldb up --port N` gives the others N+1..N+3). The values are what the wire
+    (`Hello.stage`), the configuration's sections, port files and container names spell."""
+
+    GATEWAY = "gateway"
+    SEQUENCER = "sequencer"
+    RESOLVER = "resolver"
+    PERSISTER = "persister"
+
+    def process(self, worker: int = 0) -> str:
+        """One process's name (logs, port files, containers): gateway workers are numbered."""
+        return f"{self.value}-{worker}" if self is Stage.GATEWAY else self.value
+
+
 class Outcome(enum.StrEnum):
     COMMITTED = "committed"
     NOT_COMMITTED = "not_committed"

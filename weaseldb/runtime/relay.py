@@ -15,6 +15,7 @@ from collections.abc import Callable
 from prometheus_client import Counter, Histogram
 
 from weaseldb.core.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
+from weaseldb.core.types import Stage
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.service import Health, HttpServer
@@ -35,7 +36,7 @@ Process = Callable[[list[RingEntry]], list[RingEntry]]
 class RelayStage:
     def __init__(
         self,
-        name: str,
+        name: Stage,
         inbox: Inbox,
         outbox: Outbox,
         process: Process,

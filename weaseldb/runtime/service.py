@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from weaseldb.core.types import Stage
 from weaseldb.runtime import stalls
 
 log = logging.getLogger("weaseldb")
@@ -80,7 +81,7 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-def stage_app(name: str, health: Health) -> FastAPI:
+def stage_app(name: Stage, health: Health) -> FastAPI:
     app = FastAPI(title=f"WeaselDB {name}", docs_url=None, redoc_url=None)
     add_operations_routes(app, health)
     return app
@@ -226,7 +227,7 @@ class HttpServer:
         self._server.should_exit = True
 
 
-class Stage(Protocol):
+class StageLoop(Protocol):
     health: Health
 
     async def run(self, http: HttpServer) -> int:
@@ -261,7 +262,7 @@ def read_port_file(run_dir: str | Path, name: str) -> int | None:
 
 async def run_stage(
     name: str,
-    stage: Stage,
+    stage: StageLoop,
     app: ASGIApp,
     sock: socket.socket,
     run_dir: str,

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from weaseldb.core.protocol import CommitEntry, RingEntry
+from weaseldb.core.types import Stage
 
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
@@ -121,7 +122,7 @@ def end_commit(span: trace.Span | None, status: str, version: int) -> None:
         span.end()
 
 
-def record_stage(name: str, entries: Iterable[RingEntry], start_ns: int, end_ns: int) -> None:
+def record_stage(name: Stage, entries: Iterable[RingEntry], start_ns: int, end_ns: int) -> None:
     """One span per traced commit a stage handled in one batch, from start_ns to end_ns."""
     if _tracer is None:
         return

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import enum
 import itertools
 import math
 import threading
@@ -71,9 +72,17 @@ class Options:
     gc_grace_s: float = gc.DEFAULT_GRACE_S
 
 
+class RunStatus(enum.StrEnum):
+    """How a run ended (a failed run raises instead)."""
+
+    PUBLISHED = "published"  # this run's snapshot is the newest
+    UP_TO_DATE = "up_to_date"  # nothing newer to fold: nothing written
+    LOST_RACE = "lost_race"  # another run published the same version first: its files removed
+
+
 @dataclass
 class Outcome:
-    status: str  # published | up_to_date | lost_race
+    status: RunStatus
     message: str
     manifest: Manifest | None = None
     batches_read: int = 0
@@ -151,7 +160,9 @@ def _compact(d: _Driver) -> Outcome:
         f"{len(numbers)} durable batches after it"
     )
     if not numbers:
-        return Outcome("up_to_date", f"snapshot {previous.version if previous else 0} is current")
+        return Outcome(
+            RunStatus.UP_TO_DATE, f"snapshot {previous.version if previous else 0} is current"
+        )
     with _StageProgress(d.spark, d.progress):
         return _fold_and_publish(d, previous, seed, numbers)
 
@@ -167,7 +178,7 @@ def _fold_and_publish(
     d.progress(f"read {len(headers)} batches ({read_bytes / 1e6:.1f} MB)")
     if target is None or (previous is not None and target.version <= previous.version):
         version = previous.version if previous else 0
-        return Outcome("up_to_date", f"no new versions after {version}", None, len(headers))
+        return Outcome(RunStatus.UP_TO_DATE, f"no new versions after {version}", None, len(headers))
     d.progress(
         f"folding {target.operations} operations of {target.count - len(target.void_seqs)} "
         f"valid batches ({len(target.void_seqs)} void) up to version {target.version}"
@@ -258,7 +269,7 @@ def _write_and_publish(
         d.stop_beating()
         d.sync(_remove_run(d.store, target.version, run_id))
         return Outcome(
-            "lost_race",
+            RunStatus.LOST_RACE,
             f"another compaction published version {target.version} first; "
             "this run's files were removed",
             None,
@@ -267,7 +278,7 @@ def _write_and_publish(
         )
     d.stop_beating()
     d.sync(d.store.delete(gc.run_started_key(target.version, run_id)))
-    return Outcome("published", "published", result, target.count, target.operations)
+    return Outcome(RunStatus.PUBLISHED, "published", result, target.count, target.operations)
 
 
 def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:

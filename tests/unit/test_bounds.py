@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
-from services.gateway.subscriptions import CLOSED_GAP, Hub
+from services.gateway.subscriptions import CloseReason, Hub
 from services.persister import engine as engine_module
 from services.persister.outboxes import WorkerQueues
 from services.resolver.app import AcceptedPublisher
@@ -111,7 +111,7 @@ def test_the_resolvers_accepted_backlog_is_dropped_and_the_gap_closes_streams() 
         for message in decode_replies(frame):
             assert isinstance(message, AcceptedEvents)
             hub.on_accepted(message)
-    assert live.closed == CLOSED_GAP  # it would have skipped transactions
+    assert live.closed == CloseReason.EVENTS_DROPPED  # it would have skipped transactions
 
 
 def test_one_blocked_gateway_worker_holds_back_only_its_own_frames_in_order() -> None:

@@ -10,7 +10,7 @@ import pytest
 from services.gateway import retention, sse
 from services.gateway import status as st
 from services.gateway.requests import BadRequest
-from services.gateway.subscriptions import CLOSED_LEADER, CLOSED_SLOW, Hub
+from services.gateway.subscriptions import CloseReason, Hub
 from weaseldb.core.protocol import (
     AcceptedEvents,
     DurableEvents,
@@ -98,10 +98,10 @@ def test_slow_subscriber_is_cut_alone_and_leader_change() -> None:
         slow.on_cut = lambda: cut.append(True)
         for v in range(1, 40):
             hub.on_durable(DurableEvents(v - 1, [tx(v)]))
-        assert slow.closed == CLOSED_SLOW and cut == [True] and hub.dropped == 1
+        assert slow.closed == CloseReason.SLOW and cut == [True] and hub.dropped == 1
         assert hub.subscribers == 1
         hub.on_leader_lost()
-        assert fast.closed == CLOSED_LEADER and not fast.flush_first
+        assert fast.closed == CloseReason.LEADER_CHANGED and not fast.flush_first
 
     asyncio.run(run())
 
@@ -159,7 +159,7 @@ def test_leader_loss_wakes_a_subscriber_waiting_for_its_sync() -> None:
         sub = hub.register(durable=True)
         ready = hub.ready(True)
         hub.on_leader_lost()
-        assert ready.is_set() and sub.closed == CLOSED_LEADER and not hub.synced(True)
+        assert ready.is_set() and sub.closed == CloseReason.LEADER_CHANGED and not hub.synced(True)
         assert hub.wanted() == (0, 0)
 
     asyncio.run(run())
@@ -181,7 +181,7 @@ def test_subscribers_of_a_kind_share_one_journal_that_keeps_only_unread_rounds()
             if v % 5 == 0:
                 reader.take()  # keeps up
         # The one that never read fell more than its limit behind: cut, alone.
-        assert idle.closed == CLOSED_SLOW and not reader.closed and hub.dropped == 1
+        assert idle.closed == CloseReason.SLOW and not reader.closed and hub.dropped == 1
         assert events_in(reader.take()) == [36, 37, 38, 39]
         assert journal.since(journal.first) == []  # every round was read: none kept
 
@@ -200,7 +200,7 @@ def test_a_stream_closed_with_flush_keeps_what_it_had_not_read() -> None:
         hub.on_durable(DurableEvents(0, [], sync=hub.wanted()[0]))
         later.go_live(2)
         hub.on_durable(DurableEvents(2, [tx(3)]))
-        assert sub.closed == CLOSED_LEADER and sub.flush_first
+        assert sub.closed == CloseReason.LEADER_CHANGED and sub.flush_first
         assert events_in(sub.take()) == [1, 2] and events_in(later.take()) == [3]
 
     asyncio.run(run())

@@ -9,12 +9,12 @@ from weaseldb.core.protocol import (
     CommitEntry,
     CommitReply,
     CommitState,
-    ReplyStatus,
     RingEntry,
     StatusEntry,
     StatusReply,
 )
 from weaseldb.core.requestids import id_hash
+from weaseldb.core.types import Outcome
 
 _LOW32 = (1 << 32) - 1
 
@@ -85,12 +85,12 @@ class Answers:
 
     def _status(self, entry: StatusEntry, committed_version: int) -> StatusReply:
         position = self._outcomes.find(outcome_key(entry.request_id))
-        outcome, version = "", 0
+        outcome, version = Outcome.NOT_REMEMBERED, 0
         if position >= 0:
             version = self._version_at(position)
-            outcome = ReplyStatus.COMMITTED
+            outcome = Outcome.COMMITTED
             if version in self._rejected:
-                outcome, version = ReplyStatus.NOT_COMMITTED, 0
+                outcome, version = Outcome.NOT_COMMITTED, 0
         return StatusReply(
             entry.ticket,
             entry.request_id,
@@ -109,14 +109,12 @@ class Answers:
     @staticmethod
     def not_leader(entry: CommitEntry, why: str = "") -> CommitReply:
         """Nothing of this commit was applied."""
-        return CommitReply(entry.ticket, ReplyStatus.NOT_LEADER, 0, entry.request_id, reason=why)
+        return CommitReply(entry.ticket, Outcome.NOT_LEADER, 0, entry.request_id, reason=why)
 
     @staticmethod
     def unknown(entry: CommitEntry, why: str = "") -> CommitReply:
         """This commit may or may not have been applied."""
-        return CommitReply(
-            entry.ticket, ReplyStatus.COMMIT_UNKNOWN, 0, entry.request_id, reason=why
-        )
+        return CommitReply(entry.ticket, Outcome.COMMIT_UNKNOWN, 0, entry.request_id, reason=why)
 
     @classmethod
     def failed(cls, entry: CommitEntry, *, maybe_written: bool, why: str) -> CommitReply:
@@ -131,13 +129,11 @@ class Answers:
     def _fresh(self, entry: CommitEntry, committed: int) -> CommitReply:
         match entry.state:
             case CommitState.ACCEPTED:
-                return CommitReply(
-                    entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id
-                )
+                return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
             case CommitState.REJECTED:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.NOT_COMMITTED,
+                    Outcome.NOT_COMMITTED,
                     committed,
                     entry.request_id,
                     entry.conflicts,
@@ -145,7 +141,7 @@ class Answers:
             case CommitState.FUTURE_READ:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.BAD_REQUEST,
+                    Outcome.BAD_REQUEST,
                     committed,
                     entry.request_id,
                     reason="a precondition reads at a version newer than any assigned",
@@ -153,7 +149,7 @@ class Answers:
             case CommitState.BANNED:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.NOT_COMMITTED,
+                    Outcome.NOT_COMMITTED,
                     committed,
                     entry.request_id,
                     reason="request_id_banned",
@@ -168,13 +164,11 @@ class Answers:
         if position >= 0 and self._version_at(position) == entry.version:
             rejected = self._rejected.get(entry.version)
             if rejected is None:
-                return CommitReply(
-                    entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id
-                )
+                return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
             answered, conflicts = rejected
             return CommitReply(
                 entry.ticket,
-                ReplyStatus.NOT_COMMITTED,
+                Outcome.NOT_COMMITTED,
                 answered,
                 entry.request_id,
                 list(conflicts),
@@ -182,7 +176,7 @@ class Answers:
         if entry.version < self._term_first_version:
             # The sequencer knows it from the index of earlier terms, which holds only
             # commits that are in the log.
-            return CommitReply(entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id)
+            return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
         return self.unknown(entry, "its original outcome is no longer remembered")
 
     def _version_at(self, position: int) -> int:
@@ -199,7 +193,7 @@ class Answers:
             self._rejected.pop(self._version_at(position), None)
         outcomes.column("version")[position] = version & _LOW32
         self._newest = max(self._newest, version)
-        if reply.status == ReplyStatus.NOT_COMMITTED:
+        if reply.status == Outcome.NOT_COMMITTED:
             self._rejected[version] = (reply.version, tuple(reply.conflicts))
         self.forget_old(now_ms)
 

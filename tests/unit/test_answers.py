@@ -5,12 +5,12 @@ from weaseldb.core.protocol import (
     CommitEntry,
     CommitReply,
     CommitState,
-    ReplyStatus,
     RingEntry,
     StatusEntry,
     StatusReply,
     Write,
 )
+from weaseldb.core.types import Outcome
 
 
 def released(request_id: str, version: int, state: CommitState) -> CommitEntry:
@@ -44,12 +44,12 @@ def test_a_retry_gets_the_original_answer_committed_or_not() -> None:
     answers.reply(released("ok", 5, CommitState.ACCEPTED), 4)
     answers.reply(released("no", 6, CommitState.REJECTED), 5)
     ok, no = commit_reply(answers, duplicate("ok", 5)), commit_reply(answers, duplicate("no", 6))
-    assert (ok.ticket, ok.status, ok.version, ok.conflicts) == (99, ReplyStatus.COMMITTED, 5, [])
-    assert (no.status, no.version) == (ReplyStatus.NOT_COMMITTED, 5)  # committed when released
+    assert (ok.ticket, ok.status, ok.version, ok.conflicts) == (99, Outcome.COMMITTED, 5, [])
+    assert (no.status, no.version) == (Outcome.NOT_COMMITTED, 5)  # committed when released
     assert no.conflicts == [(3, "a"), (4, "b")] and no.reason == ""
     ok_status, no_status = status_reply(answers, "ok"), status_reply(answers, "no")
-    assert (ok_status.outcome, ok_status.version) == (ReplyStatus.COMMITTED, 5)
-    assert (no_status.outcome, no_status.version) == (ReplyStatus.NOT_COMMITTED, 0)
+    assert (ok_status.outcome, ok_status.version) == (Outcome.COMMITTED, 5)
+    assert (no_status.outcome, no_status.version) == (Outcome.NOT_COMMITTED, 0)
 
 
 def test_an_answer_from_memory_needs_the_version_the_sequencer_found() -> None:
@@ -57,7 +57,7 @@ def test_an_answer_from_memory_needs_the_version_the_sequencer_found() -> None:
     on different halves of the hash), so the answer is unknown, never someone else's."""
     answers = Answers(10)
     answers.reply(released("x", 5, CommitState.ACCEPTED), 4)
-    assert commit_reply(answers, duplicate("x", 7)).status == ReplyStatus.COMMIT_UNKNOWN
+    assert commit_reply(answers, duplicate("x", 7)).status == Outcome.COMMIT_UNKNOWN
 
 
 def test_outcomes_are_forgotten_oldest_first_once_indexed_and_old() -> None:
@@ -75,7 +75,7 @@ def test_outcomes_are_forgotten_oldest_first_once_indexed_and_old() -> None:
     answers.forget_old(now_ms=5_000)
     assert len(answers) == 2 and answers.memory_floor == 3
     assert status_reply(answers, "id-2").outcome == ""
-    assert status_reply(answers, "id-3").outcome == ReplyStatus.COMMITTED
+    assert status_reply(answers, "id-3").outcome == Outcome.COMMITTED
 
 
 def test_versions_beyond_32_bits_come_back_whole() -> None:

@@ -22,7 +22,7 @@ from weaseldb.core.types import Outcome
 
 
 def reply(outcome: str = "", version: int = 0, floor: int = 50, upper: int = 100) -> StatusReply:
-    return StatusReply(1, "r", upper, upper, outcome, version, floor)
+    return StatusReply(1, "r", upper, upper, Outcome(outcome), version, floor)
 
 
 def test_status_decide_from_memory_or_store() -> None:

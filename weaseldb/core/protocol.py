@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from weaseldb.core.types import Stage
+from weaseldb.core.types import Outcome, Stage
 
 
 class Write(msgspec.Struct, tag="w", array_like=True, frozen=True):
@@ -59,16 +59,6 @@ class CommitState(enum.IntEnum):
     NOT_LEADER = 6  # arrived before a term started or after it ended: nothing was applied
     UNKNOWN = 7  # request id seen before, its outcome forgotten: may have been applied
     FUTURE_READ = 8  # a precondition reads at a version not assigned yet: a 400, nothing done
-
-
-class ReplyStatus(enum.StrEnum):
-    """How the pipeline answers a commit (the gateway maps the last two to 503s)."""
-
-    COMMITTED = "committed"
-    NOT_COMMITTED = "not_committed"
-    NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
-    COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
-    BAD_REQUEST = "bad_request"  # refused as sent (a read version ahead of the database)
 
 
 class CommitEntry(msgspec.Struct, tag="c", array_like=True):
@@ -143,7 +133,7 @@ RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown | Hello | Interest
 
 class CommitReply(msgspec.Struct, tag="C", array_like=True):
     ticket: int
-    status: str  # ReplyStatus
+    status: Outcome
     version: int
     request_id: str
     conflicts: list[tuple[int, str]] = []
@@ -152,14 +142,15 @@ class CommitReply(msgspec.Struct, tag="C", array_like=True):
 
 class StatusReply(msgspec.Struct, tag="S", array_like=True):
     """Released once everything up to `upper_bound` is durable or failed. `outcome` and
-    `version` come from the persister's memory of recent outcomes ("" when the id is not
-    remembered); that memory covers every commit with a version >= `memory_floor`."""
+    `version` come from the persister's memory of recent outcomes (NOT_REMEMBERED, "" on
+    the wire, when the id is not); that memory covers every commit with a version >=
+    `memory_floor`."""
 
     ticket: int
     request_id: str
     upper_bound: int
     committed_version: int
-    outcome: str = ""
+    outcome: Outcome = Outcome.NOT_REMEMBERED
     version: int = 0
     memory_floor: int = 0
     stale: bool = False  # banned by an earlier term's sequencer: ask again

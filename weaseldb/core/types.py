@@ -34,9 +34,17 @@ class Stage(enum.StrEnum):
 
 
 class Outcome(enum.StrEnum):
+    """What became of a commit: the pipeline's answer to it (`CommitReply.status`, the gateway
+    maps not_leader and commit_unknown to 503s), the persister's memory of it
+    (`StatusReply.outcome`) and the answer of `/v1/status`."""
+
     COMMITTED = "committed"
     NOT_COMMITTED = "not_committed"
-    LOG_TRUNCATED = "log_truncated"
+    NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
+    COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
+    BAD_REQUEST = "bad_request"  # refused as sent (a read version ahead of the database)
+    LOG_TRUNCATED = "log_truncated"  # /v1/status: the log no longer reaches back to it
+    NOT_REMEMBERED = ""  # StatusReply: the persister's memory does not hold the id
 
 
 class ConflictReason(enum.StrEnum):

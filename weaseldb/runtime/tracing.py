@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from weaseldb.core.protocol import CommitEntry, RingEntry
-from weaseldb.core.types import Stage
+from weaseldb.core.types import Outcome, Stage
 
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
@@ -115,9 +115,9 @@ def start_commit(traceparent: str) -> tuple[trace.Span | None, str]:
     return span, carrier.get("traceparent", "")
 
 
-def end_commit(span: trace.Span | None, status: str, version: int) -> None:
+def end_commit(span: trace.Span | None, status: Outcome, version: int) -> None:
     if span is not None:
-        span.set_attribute("weaseldb.status", status)
+        span.set_attribute("weaseldb.status", status.value)
         span.set_attribute("weaseldb.version", version)
         span.end()
 

@@ -62,7 +62,7 @@ from weaseldb.core.protocol import (
     encode_shared,
 )
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import Stage
+from weaseldb.core.types import BatchNumber, Stage, Version
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, read_port_file, replace_file, stage_app
@@ -138,14 +138,14 @@ class PersisterStage:
         self._ring_assembled = asyncio.Event()  # ... the sequencer's and the resolver's
         self._reset = asyncio.Event()  # a sequencer or resolver restarted: new term
         self._shutdown = asyncio.Event()  # Shutdown came around the ring
-        self._committed = 0
+        self._committed = Version(0)
         self._outgoing: dict[int, list[GatewayMessage]] = defaultdict(list)
         self._puts_counted = 0
         # Released transactions not yet sent as DurableEvents, and the version released
         # just before them (the change stream's prev_version).
         self._events: list[EventTransaction] = []
-        self._events_prev = 0
-        self._last_released_tx = 0
+        self._events_prev = Version(0)
+        self._last_released_tx = Version(0)
         # What each gateway worker subscribes to (only workers with subscribers are here):
         # the others get no events, and no Progress but the heartbeat.
         self._interest: dict[int, Interest] = {}
@@ -255,7 +255,7 @@ class PersisterStage:
         await self._index_and_load_window(term)
         self._term = term
         self._committed = term.last_version
-        self._answers.start_term(term.last_version + 1)
+        self._answers.start_term(Version(term.last_version + 1))
         self._last_released_tx = self._events_prev = term.last_version
         self._cell.write(term.last_version)
         COMMITTED.set(term.last_version)
@@ -269,7 +269,7 @@ class PersisterStage:
         persister = self._config.persister
         tail = await read_tail(self._store, persister, opening=term.opening_batch)
         # The term's first segment covers the tail and our own opening (and fence) batches.
-        tail.newest_batch = term.next_number + 1
+        tail.newest_batch = BatchNumber(term.next_number + 1)
         tail.last_version = term.last_version
         promise = requestids.Promise.of(self._config.idempotency)
         await write_segment(self._store, persister, tail, term.term, promise=promise)
@@ -403,7 +403,11 @@ class PersisterStage:
 
     def _term_start(self, term: OpenedTerm) -> TermStart:
         return TermStart(
-            term.term, term.leader_id, term.last_version + 1, term.last_version, self._window_file
+            term.term,
+            term.leader_id,
+            Version(term.last_version + 1),
+            term.last_version,
+            self._window_file,
         )
 
     # Reading the ring

@@ -63,7 +63,7 @@ from weaseldb.core.protocol import (
     point_range,
     written_ranges,
 )
-from weaseldb.core.types import ConflictReason, Stage
+from weaseldb.core.types import ConflictReason, Stage, Term, Version
 
 log = logging.getLogger("weaseldb.resolver")
 
@@ -87,10 +87,10 @@ class Resolver:
         self._window = window
         self._clock = clock
         self._history = WriteHistory()
-        self._term: int | None = None
-        self._first_version: int | None = None  # None: no term is active
+        self._term: Term | None = None
+        self._first_version: Version | None = None  # None: no term is active
         self._floor = 0  # history holds every accepted write with version >= floor
-        self._newest = 0  # highest version resolved this term
+        self._newest = Version(0)  # highest version resolved this term
         # (clock reading, first version resolved at or after it), oldest first: maps the
         # time window to versions.
         self._samples: deque[tuple[float, int]] = deque()
@@ -105,7 +105,7 @@ class Resolver:
         return self._floor - 1
 
     @property
-    def newest(self) -> int:
+    def newest(self) -> Version:
         """The highest version resolved this term (first_version - 1 before any)."""
         return self._newest
 
@@ -124,7 +124,7 @@ class Resolver:
         self._history = WriteHistory()
         self._first_version = term.first_version
         self._floor = term.first_version
-        self._newest = term.first_version - 1
+        self._newest = Version(term.first_version - 1)
         self._samples = deque([(self._clock(), term.first_version)])
 
     def end_term(self) -> None:

@@ -41,6 +41,7 @@ from weaseldb.core.errors import AlreadyExists
 from weaseldb.core.fold import RangeFragments
 from weaseldb.core.manifest import Manifest, SnapshotFile, SourceBatches
 from weaseldb.core.store import BlobStore, list_all
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import Seed
 from weaseldb.runtime.heartbeat import RunHeartbeat
 from weaseldb.runtime.stores import open_store
@@ -168,7 +169,7 @@ def _compact(d: _Driver) -> Outcome:
 
 
 def _fold_and_publish(
-    d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[int]
+    d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[BatchNumber]
 ) -> Outcome:
     first, last = plan.seq_of(numbers[0]), plan.seq_of(numbers[-1])
     survey = _Survey(transforms.survey(_ordinals(d, first, last), d.options.store_url).collect())
@@ -221,10 +222,10 @@ class _Survey:
 
 def _header(row: Any) -> plan.Header:
     return plan.Header(
-        number=plan.number_of(row.seq),
-        term=plan.number_of(row.term_seq),
-        first_version=row.first_version,
-        last_version=row.last_version,
+        number=BatchNumber(plan.number_of(row.seq)),
+        term=Term(plan.number_of(row.term_seq)),
+        first_version=Version(row.first_version),
+        last_version=Version(row.last_version),
         operations=row.operations,
         size=row.size,
     )
@@ -352,7 +353,7 @@ def _json(started: gc.RunStarted) -> bytes:
     return msgspec.json.encode(started)
 
 
-async def _remove_run(store: BlobStore, version: int, run_id: str) -> None:
+async def _remove_run(store: BlobStore, version: Version, run_id: str) -> None:
     keys = await list_all(store, gc.run_location(version, run_id))
     for key in [*keys, gc.run_started_key(version, run_id)]:
         await store.delete(key)

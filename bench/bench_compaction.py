@@ -35,7 +35,7 @@ from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.fold import reference_fold
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 PER_BATCH, PER_TX, KEYS = 1000, 10, 1_000_000
@@ -64,10 +64,23 @@ def fill(root: Path, total: int) -> int:
         for _ in range(PER_BATCH // PER_TX):
             version += 1
             txs.append(
-                Transaction(version, f"r{version}", 0, [next(source) for _ in range(PER_TX)])
+                Transaction(
+                    Version(version),
+                    RequestId(f"r{version}"),
+                    0,
+                    [next(source) for _ in range(PER_TX)],
+                )
             )
-        batch = Batch(1, NUMBER_TOP - i, NUMBER_TOP, "bench", txs[0].version, version, 0,
-                      transactions=txs)  # fmt: skip
+        batch = Batch(
+            1,
+            BatchNumber(NUMBER_TOP - i),
+            Term(NUMBER_TOP),
+            "bench",
+            txs[0].version,
+            Version(version),
+            0,
+            transactions=txs,
+        )
         path = store._path(layout.batch_key(batch.batch))
         path.parent.mkdir(parents=True, exist_ok=True)
         data = batchfile.encode(batch)
@@ -82,7 +95,7 @@ async def read_all(store: BlobStore) -> list[bytes]:
 
     async def get(number: int) -> bytes:
         async with limit:
-            return await store.get(layout.batch_key(number))
+            return await store.get(layout.batch_key(BatchNumber(number)))
 
     return list(await asyncio.gather(*(get(n) for n in numbers)))
 

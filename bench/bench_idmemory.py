@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from weaseldb.core.types import RequestId, Term, Version
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -38,7 +40,7 @@ def _window(ids: int) -> dict[str, Any]:
     from services.sequencer.window import FadedIds, RequestIdWindow
     from weaseldb.core.requestids import id_hash
 
-    hashes = [id_hash(f"req-{i}") for i in range(2 * ids)]
+    hashes = [id_hash(RequestId(f"req-{i}")) for i in range(2 * ids)]
     before = rss()
     window = RequestIdWindow(ids, 0, ids, FadedIds(max(ids, 1024)))
     started = time.process_time()
@@ -68,23 +70,23 @@ def _answers(ids: int) -> dict[str, Any]:
 
     entries = []
     for i in range(2 * ids):
-        entry = CommitEntry(i, 0, f"req-{i}", [], [Write(b"k", b"v")])
-        entry.state, entry.version = CommitState.ACCEPTED, i + 1
+        entry = CommitEntry(i, 0, RequestId(f"req-{i}"), [], [Write(b"k", b"v")])
+        entry.state, entry.version = CommitState.ACCEPTED, Version(i + 1)
         entries.append(entry)
-    status = StatusEntry(0, 0, "req-0")
+    status = StatusEntry(0, 0, RequestId("req-0"))
     before = rss()
     answers = Answers(ids, window_ms=0, hard_cap=ids)
     answers.indexed_through = 2 * ids
     started = time.process_time()
     for i in range(ids):
-        answers.reply(entries[i], i, i // 10)
-        answers.reply(status, i, i // 10)
+        answers.reply(entries[i], Version(i), i // 10)
+        answers.reply(status, Version(i), i // 10)
     filling = time.process_time() - started
     grown = rss() - before
     started = time.process_time()
     for i in range(ids, 2 * ids):
-        answers.reply(entries[i], i, i // 10)
-        answers.reply(status, i, i // 10)
+        answers.reply(entries[i], Version(i), i // 10)
+        answers.reply(status, Version(i), i // 10)
     full = time.process_time() - started
     assert len(answers) == ids
     return {
@@ -100,15 +102,15 @@ def _sequencer(ids: int) -> dict[str, Any]:
     from weaseldb.core.protocol import CommitEntry, Operation, RingEntry, TermStart, Write
 
     sequencer = Sequencer(id_memory=ids, window_ms=0, id_hard_cap=ids)
-    sequencer.sequence([TermStart(1, "leader", 1, 0)], 0)
+    sequencer.sequence([TermStart(Term(1), "leader", Version(1), Version(0))], 0)
     writes: list[Operation] = [Write(b"k", b"v")]
     for start in range(0, ids, 64):  # fill the window
         batch: list[RingEntry] = [
-            CommitEntry(i, 0, f"fill-{i}", [], writes) for i in range(start, start + 64)
+            CommitEntry(i, 0, RequestId(f"fill-{i}"), [], writes) for i in range(start, start + 64)
         ]
         sequencer.sequence(batch, start)
     batches: list[list[RingEntry]] = [
-        [CommitEntry(i, 0, f"req-{i}", [], writes) for i in range(start, start + 64)]
+        [CommitEntry(i, 0, RequestId(f"req-{i}"), [], writes) for i in range(start, start + 64)]
         for start in range(0, min(ids, 200_000), 64)
     ]
     started = time.process_time()

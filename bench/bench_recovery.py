@@ -33,7 +33,7 @@ from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.protocol import Write
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores import open_store
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.metered import MeteredStore
@@ -43,19 +43,32 @@ TERM = NUMBER_TOP
 
 def batch(i: int) -> bytes:
     number = NUMBER_TOP - i
-    tx = Transaction(i + 1, f"bench-{i:016d}", 0, [Write(b"k%d" % i, b"v" * 100)])
-    return batchfile.encode(Batch(1, number, TERM, "bench", i + 1, i + 1, 0, transactions=[tx]))
+    tx = Transaction(
+        Version(i + 1), RequestId(f"bench-{i:016d}"), 0, [Write(b"k%d" % i, b"v" * 100)]
+    )
+    return batchfile.encode(
+        Batch(
+            1,
+            BatchNumber(number),
+            Term(TERM),
+            "bench",
+            Version(i + 1),
+            Version(i + 1),
+            0,
+            transactions=[tx],
+        )
+    )
 
 
 def fill_directory(root: Path, count: int) -> None:
     """Write the objects straight into the store's layout (setup speed only; no fsync)."""
     store = DirectoryStore(root)
     (root / "terms").mkdir(parents=True, exist_ok=True)
-    store._path(layout.term_key(TERM)).parent.mkdir(parents=True, exist_ok=True)
-    store._path(layout.term_key(TERM)).write_bytes(b'{"pod": "bench"}')
+    store._path(layout.term_key(Term(TERM))).parent.mkdir(parents=True, exist_ok=True)
+    store._path(layout.term_key(Term(TERM))).write_bytes(b'{"pod": "bench"}')
     made: set[Path] = set()
     for i in range(count):
-        path = store._path(layout.batch_key(NUMBER_TOP - i))
+        path = store._path(layout.batch_key(BatchNumber(NUMBER_TOP - i)))
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
@@ -63,12 +76,12 @@ def fill_directory(root: Path, count: int) -> None:
 
 
 async def fill_s3(store: BlobStore, count: int) -> None:
-    await store.put_if_absent(layout.term_key(TERM), b'{"pod": "bench"}')
+    await store.put_if_absent(layout.term_key(Term(TERM)), b'{"pod": "bench"}')
     limit = asyncio.Semaphore(64)
 
     async def put(i: int) -> None:
         async with limit:
-            await store.put_if_absent(layout.batch_key(NUMBER_TOP - i), batch(i))
+            await store.put_if_absent(layout.batch_key(BatchNumber(NUMBER_TOP - i)), batch(i))
 
     for start in range(0, count, 10_000):
         await asyncio.gather(*(put(i) for i in range(start, min(count, start + 10_000))))

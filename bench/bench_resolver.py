@@ -37,6 +37,7 @@ from weaseldb.core.protocol import (
     TermStart,
     Write,
 )
+from weaseldb.core.types import RequestId, Term, Version
 
 SEED = 20260101
 
@@ -123,7 +124,7 @@ def resolver_commits(distinct: int, commits: int, batch: int, repeats: int) -> f
 
     def run() -> float:
         resolver = Resolver(ResolverConfig(window_seconds=5.0, window_versions=100_000))
-        resolver.resolve([TermStart(1, "bench", 1, 0)])
+        resolver.resolve([TermStart(Term(1), "bench", Version(1), Version(0))])
         batches: list[list[RingEntry]] = []
         for first in range(1, commits + 1, batch):
             batches.append([_commit(v, keys, rng) for v in range(first, first + batch)])
@@ -140,11 +141,11 @@ def _commit(version: int, keys: list[bytes], rng: random.Random) -> CommitEntry:
     return CommitEntry(
         origin=0,
         ticket=version,
-        request_id=f"bench-{version:020d}",
-        preconditions=[PointRead(read, max(0, version - 1 - rng.randrange(100)))],
+        request_id=RequestId(f"bench-{version:020d}"),
+        preconditions=[PointRead(read, Version(max(0, version - 1 - rng.randrange(100))))],
         operations=[Write(write, b"v")],
         state=CommitState.SEQUENCED,
-        version=version,
+        version=Version(version),
     )
 
 

@@ -31,6 +31,8 @@ from typing import Any
 import httpx
 from systems import LOADGEN, build_loadgen, warn_if_busy, weaseldb
 
+from weaseldb.core.types import Stage
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CONNECTIONS = 64
 KEYS = 100_000
@@ -66,8 +68,8 @@ def _stage(pid: int) -> str:
         return ""
     if "service" not in argv:
         return ""
-    stage = argv[argv.index("service") + 1]
-    return f"{stage}-{argv[argv.index('--worker') + 1]}" if stage == "gateway" else stage
+    stage = Stage(argv[argv.index("service") + 1])
+    return stage.process(int(argv[argv.index("--worker") + 1]))
 
 
 def rss(pid: int) -> int:

@@ -26,8 +26,9 @@ from systems import data_dir
 
 from tests.support.cluster import ServiceSet, free_port_block, short_run_dir
 from tests.support.load import Load
+from weaseldb.core.types import Stage
 
-STAGES = ("sequencer", "resolver", "gateway", "persister")
+STAGES = (Stage.SEQUENCER, Stage.RESOLVER, Stage.GATEWAY, Stage.PERSISTER)
 
 
 def first_commit(url: str, timeout: float = 60) -> float:

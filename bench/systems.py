@@ -26,7 +26,8 @@ from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # 
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
 from tests.support.waiting import http_ok, stop_process, wait_for  # noqa: E402
 from weaseldb.core import config  # noqa: E402
-from weaseldb_cli.main import STAGES, gateway_for_host  # noqa: E402
+from weaseldb.core.types import Stage  # noqa: E402
+from weaseldb_cli.main import gateway_for_host  # noqa: E402
 
 TOOLS = Path(os.environ.get("WEASELDB_TOOLS", Path.home() / ".cache/weaseldb/bin"))
 LOADGEN = TOOLS / "loadgen"
@@ -196,8 +197,8 @@ def stall_samples(gateway_port: int) -> dict[str, dict[str, float]]:
     (weaseldb/runtime/stalls.py), keyed by its `process` label; a sample is keyed by its name and
     its `le` (lag buckets) or `generation` (GC)."""
     found: dict[str, dict[str, float]] = {}
-    for offset, stage in enumerate(STAGES):  # `weaseldb up --port` gives them in this order
-        for _ in range(GATEWAY_SCRAPES if stage == "gateway" else 1):
+    for offset, stage in enumerate(Stage):  # `weaseldb up --port` gives them in this order
+        for _ in range(GATEWAY_SCRAPES if stage == Stage.GATEWAY else 1):
             text = httpx.get(f"http://127.0.0.1:{gateway_port + offset}/metrics").text
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:

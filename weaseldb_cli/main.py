@@ -22,8 +22,7 @@ from typing import Any
 from weaseldb.core import channels
 from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
-
-STAGES = ("gateway", "sequencer", "resolver", "persister")
+from weaseldb.core.types import Stage
 
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
 SERVICE_COMMAND = (sys.executable, "-m", "weaseldb_cli", "service")
@@ -63,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument("--namespace", help="watch only this namespace (default: all)")
 
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
-    service.add_argument("name", choices=STAGES)
+    service.add_argument("name", choices=[stage.value for stage in Stage])
     service.add_argument("--config", required=True)
     service.add_argument("--worker", type=int, default=0)
     return parser
@@ -78,7 +77,7 @@ def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.store:
         overrides["store"] = args.store
     if args.port is not None:
-        for offset, name in enumerate(STAGES):
+        for offset, name in enumerate(Stage):
             overrides[f"ports.{name}"] = args.port + offset if args.port else 0
     for flag, key in (("host", "host"), ("run_dir", "run_dir"), ("workers", "gateway.workers")):
         if getattr(args, flag) is not None:
@@ -150,35 +149,35 @@ def cmd_service(args: argparse.Namespace) -> int:
     from weaseldb.runtime.service import configure_logging
 
     cfg = config_module.load(args.config)
-    label = f"{args.name}-{args.worker}" if args.name == "gateway" else args.name
-    configure_logging(label)
+    stage = Stage(args.name)
+    configure_logging(stage.process(args.worker))
     uvloop.install()
-    return asyncio.run(_serve(args.name, cfg, args.worker))
+    return asyncio.run(_serve(stage, cfg, args.worker))
 
 
-async def _serve(name: str, cfg: Config, worker: int) -> int:
+async def _serve(name: Stage, cfg: Config, worker: int) -> int:
     from starlette.types import ASGIApp
 
     from weaseldb.core.store import BlobStore
     from weaseldb.runtime import stalls, tracing
     from weaseldb.runtime.ring import Ring
-    from weaseldb.runtime.service import Stage, listening_socket, run_stage
+    from weaseldb.runtime.service import StageLoop, listening_socket, run_stage
     from weaseldb.runtime.stores import open_store
 
     ring = Ring()
     store: BlobStore | None = None
-    stage: Stage
+    stage: StageLoop
     app: ASGIApp
-    port = getattr(cfg.ports, name)
-    if name == "gateway":
+    port = cfg.ports.of(name)
+    if name == Stage.GATEWAY:
         from services.gateway.app import build as build_gateway
 
         stage, app = build_gateway(cfg, ring, worker)
-    elif name == "sequencer":
+    elif name == Stage.SEQUENCER:
         from services.sequencer.app import build as build_sequencer
 
         stage, app = build_sequencer(cfg, ring)
-    elif name == "resolver":
+    elif name == Stage.RESOLVER:
         from services.resolver.app import build as build_resolver
 
         stage, app = build_resolver(cfg, ring)
@@ -188,9 +187,9 @@ async def _serve(name: str, cfg: Config, worker: int) -> int:
         store = open_store(cfg.store, pool_size=cfg.persister.target_pool_size)
         stage, app = build_persister(cfg, ring, store)
     sock = listening_socket(
-        cfg.host, port, reuse_port=name == "gateway" and cfg.gateway.workers > 1
+        cfg.host, port, reuse_port=name == Stage.GATEWAY and cfg.gateway.workers > 1
     )
-    label = f"{name}-{worker}" if name == "gateway" else name
+    label = name.process(worker)
     tracing.setup(label)
     stalls.quiet_garbage_collector()
     try:

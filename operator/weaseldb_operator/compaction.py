@@ -12,6 +12,7 @@ its state means for the WeaselDB's status (pure: no kopf, no client).
 from __future__ import annotations
 
 import datetime
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,16 @@ COMPONENT = "compaction"
 SUCCEEDED = frozenset({"COMPLETED"})
 FAILED = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILED_SUBMISSION"})
 TERMINAL = SUCCEEDED | FAILED
+
+
+class RunOutcome(enum.StrEnum):
+    """`status.lastCompaction.outcome`: the newest run's state in three words."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    RUNNING = "Running"
+
+
 #: Kubernetes names are at most 63 characters for what the driver pod derives from them.
 _MAX_NAME = 63
 
@@ -180,16 +191,21 @@ def newest(apps: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     return ordered[-1] if ordered else None
 
 
+def _outcome(state: str) -> RunOutcome:
+    if state in SUCCEEDED:
+        return RunOutcome.SUCCEEDED
+    return RunOutcome.FAILED if state in FAILED else RunOutcome.RUNNING
+
+
 def last_compaction(app: dict[str, Any], version: int | None) -> dict[str, Any]:
     """`status.lastCompaction` for the newest run."""
     state = state_of(app) or "PENDING"
     status = app.get("status") or {}
-    outcome = "Succeeded" if state in SUCCEEDED else "Failed" if state in FAILED else "Running"
     record: dict[str, Any] = {
         "application": app["metadata"]["name"],
         "slot": (app["metadata"].get("labels") or {}).get(SLOT_LABEL),
         "state": state,
-        "outcome": outcome,
+        "outcome": _outcome(state),
         "startedAt": app["metadata"].get("creationTimestamp"),
         "finishedAt": status.get("terminationTime"),
     }

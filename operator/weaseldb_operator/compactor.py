@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from weaseldb.core.store import BlobError
+from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import parse_iso
 from weaseldb_operator import compaction
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -111,7 +111,7 @@ class CompactionLoop:
         enough = (db.compaction.batch_threshold if db.compaction else None) or 1
         try:
             version, lag = await snapshot_lag(self._stores.get(db.storage), enough)
-        except (BlobError, OSError) as e:
+        except (StoreError, OSError) as e:
             log.warning("%s/%s: cannot read the snapshot lag: %s", db.namespace, db.name, e)
             return None, None
         self._lag[db.uid] = (time.monotonic(), version, lag)

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from weaseldb.core.store import BlobError
+from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -161,7 +161,7 @@ async def delete_data(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
     stores = Stores()
     try:
         count = await purge(stores.get(db.storage))
-    except (BlobError, OSError) as e:
+    except (StoreError, OSError) as e:
         raise kopf.TemporaryError(f"deleting {db.storage.url}: {e}", delay=15) from e
     finally:
         await stores.close()

@@ -19,8 +19,9 @@ import msgspec
 from prometheus_client import Counter
 
 from weaseldb.core.channels import Role, decode_readiness
-from weaseldb.core.store import BlobError
+from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import iso_ms, now_iso, parse_iso
+from weaseldb.core.types import Stage
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -63,7 +64,7 @@ def container_port(pod: dict[str, Any], name: str) -> int | None:
     return None
 
 
-def stage_url(pod: dict[str, Any], stage: str) -> str | None:
+def stage_url(pod: dict[str, Any], stage: Stage) -> str | None:
     ip, port = pod_ip(pod), container_port(pod, stage)
     return f"http://{ip}:{port}" if ip and port else None
 
@@ -72,7 +73,7 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
     """What the pod's persister says it is: the `role` of its /readyz answer
     (weaseldb.core.channels.Readiness), never the wording of its `reason`. None when it
     cannot tell (no address yet, no answer, or an answer without a role)."""
-    url = stage_url(pod, "persister")
+    url = stage_url(pod, Stage.PERSISTER)
     if url is None:
         return None
     try:
@@ -134,7 +135,7 @@ class Observer:
         compaction_conditions, compaction_status = await self._compaction.observe(db, body)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
-        except (BlobError, OSError, UnreadableClaim) as e:
+        except (StoreError, OSError, UnreadableClaim) as e:
             updates = [*_unreachable(db, e), *compaction_conditions]
             await self._write_status(db, body, None, updates, None, compaction_status)
             return
@@ -225,7 +226,7 @@ class Observer:
         if time.time() - last < db.leader_failover_seconds or self._http is None:
             return  # one promotion per failover period; the standby's claim takes a moment
         pod = next(p for p in pods if p["metadata"]["name"] == name)
-        url = stage_url(pod, "persister")
+        url = stage_url(pod, Stage.PERSISTER)
         self._promoted_at[db.uid] = time.time()
         log.warning("%s/%s: promoting standby %s (%s)", db.namespace, db.name, name, url)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -238,7 +239,7 @@ class Observer:
         if decision.leader is None or not decision.leader_ready or self._http is None:
             return None
         pod = next(p for p in pods if p["metadata"]["name"] == decision.leader.pod)
-        url = stage_url(pod, "gateway")
+        url = stage_url(pod, Stage.GATEWAY)
         try:
             async with self._http.get(f"{url}/v1/version") as response:
                 return int((await response.json(content_type=None))["version"])

@@ -11,12 +11,12 @@ import json
 from typing import Any
 
 from weaseldb.core.channels import CONFIG_FILE
+from weaseldb.core.types import Stage
 from weaseldb_operator.spec import (
     API_VERSION,
     CONFIG_DIR,
     KIND,
     RUN_DIR,
-    STAGES,
     Database,
 )
 
@@ -81,12 +81,11 @@ def configmap_for(db: Database) -> dict[str, Any]:
     }
 
 
-def port_of(db: Database, stage: str) -> int:
-    port: int = getattr(db.config.ports, stage)
-    return port
+def port_of(db: Database, stage: Stage) -> int:
+    return db.config.ports.of(stage)
 
 
-def _probe(db: Database, stage: str, path: str, period: int, failures: int) -> dict[str, Any]:
+def _probe(db: Database, stage: Stage, path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": port_of(db, stage)},
         "periodSeconds": period,
@@ -123,7 +122,7 @@ def _volume_mounts() -> list[dict[str, Any]]:
     ]
 
 
-def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]:
+def stage_container(db: Database, stage: Stage, worker: int = 0) -> dict[str, Any]:
     """One ring container: `weaseldb service STAGE` on the rendered config."""
     name = stage if worker == 0 else f"{stage}-{worker}"
     container: dict[str, Any] = {
@@ -141,7 +140,7 @@ def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]
         "volumeMounts": _volume_mounts(),
         **_env(db),
     }
-    if stage == "gateway":
+    if stage == Stage.GATEWAY:
         container["command"] += ["--worker", str(worker)]
     if worker == 0:
         container["ports"] = [{"name": stage, "containerPort": port_of(db, stage)}]
@@ -149,8 +148,9 @@ def stage_container(db: Database, stage: str, worker: int = 0) -> dict[str, Any]
 
 
 def containers_for(db: Database) -> list[dict[str, Any]]:
-    gateways = [stage_container(db, "gateway", w) for w in range(db.config.gateway.workers)]
-    return gateways + [stage_container(db, stage) for stage in STAGES if stage != "gateway"]
+    workers = range(db.config.gateway.workers)
+    gateways = [stage_container(db, Stage.GATEWAY, w) for w in workers]
+    return gateways + [stage_container(db, stage) for stage in Stage if stage != Stage.GATEWAY]
 
 
 def pod_spec(db: Database) -> dict[str, Any]:
@@ -205,7 +205,9 @@ def gateway_service_for(db: Database) -> dict[str, Any]:
         "spec": {
             "type": db.gateway_service_type,
             "selector": {**selector_labels(db), ROLE_LABEL: LEADER},
-            "ports": [{"name": "http", "port": port_of(db, "gateway"), "targetPort": "gateway"}],
+            "ports": [
+                {"name": "http", "port": port_of(db, Stage.GATEWAY), "targetPort": Stage.GATEWAY}
+            ],
         },
     }
 
@@ -220,7 +222,7 @@ def headless_service_for(db: Database) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector_labels(db),
-            "ports": [{"name": s, "port": port_of(db, s), "targetPort": s} for s in STAGES],
+            "ports": [{"name": s, "port": port_of(db, s), "targetPort": s} for s in Stage],
         },
     }
 

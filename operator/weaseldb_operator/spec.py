@@ -16,6 +16,7 @@ from croniter import croniter
 
 from weaseldb.core.config import Config, ConfigError, build
 from weaseldb.core.sizing import STAGES_WITH_IDS, memory_limit_mib
+from weaseldb.core.types import Stage
 
 API_GROUP = "weaseldb.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -28,7 +29,6 @@ RUN_DIR = "/run/weasel"
 #: Where the ConfigMap is mounted. The pod name reaches the services through the
 #: WEASELDB_POD_NAME environment variable (downward API), not through the file.
 CONFIG_DIR = "/etc/weaseldb"
-STAGES = ("gateway", "sequencer", "resolver", "persister")
 
 #: spec section -> (config section, {camelCase field: config field})
 _SECTIONS: dict[str, tuple[str, dict[str, str]]] = {
@@ -130,7 +130,7 @@ class Database:
     def delete_data(self) -> bool:
         return self.deletion_policy == "Delete"
 
-    def container_resources(self, stage: str) -> dict[str, Any]:
+    def container_resources(self, stage: Stage) -> dict[str, Any]:
         """The stage's own entry, else `default`; a stage that holds request ids and is
         given no memory limit gets the one derived from the idempotency cap (requested
         too, so it is not the first pod evicted under memory pressure)."""

@@ -12,7 +12,8 @@ import asyncio
 import orjson
 
 from weaseldb.core import layout, manifest, recovery
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.errors import NotFound
+from weaseldb.core.store import BlobStore
 from weaseldb.runtime.stores import open_store
 from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage

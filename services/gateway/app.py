@@ -38,7 +38,7 @@ from weaseldb.core.errors import (
     TooLarge,
 )
 from weaseldb.core.layout import is_newer_term
-from weaseldb.core.protocol import CommitEntry, CommitReply, ReplyStatus
+from weaseldb.core.protocol import CommitEntry, CommitReply
 from weaseldb.core.types import Outcome
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Endpoints, Ring
@@ -203,7 +203,7 @@ class GatewayStage:
         try:
             reply = await self._await_reply(entry, ticket)
         except BaseException:
-            tracing.end_commit(span, "not_leader", 0)
+            tracing.end_commit(span, Outcome.NOT_LEADER, 0)
             raise
         tracing.end_commit(span, reply.status, reply.version)
         LATENCY.observe(time.perf_counter() - started)
@@ -223,11 +223,11 @@ class GatewayStage:
         return reply
 
     def _commit_answer(self, reply: CommitReply) -> bytes:
-        if reply.status == ReplyStatus.NOT_LEADER:
+        if reply.status == Outcome.NOT_LEADER:
             raise _not_applied(reply.request_id, reply.reason or "this set stopped leading")
-        if reply.status == ReplyStatus.COMMIT_UNKNOWN:
+        if reply.status == Outcome.COMMIT_UNKNOWN:
             raise _unknown_outcome(reply.request_id, reply.reason or "leadership was lost")
-        if reply.status == ReplyStatus.BAD_REQUEST:
+        if reply.status == Outcome.BAD_REQUEST:
             raise BadRequest(reply.reason, request_id=reply.request_id)
         body: dict[str, Any] = {
             "status": reply.status,

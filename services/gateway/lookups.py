@@ -15,7 +15,7 @@ from services.gateway.status_lookup import IndexSearch
 from weaseldb.core.errors import BadRequest, NotLeader
 from weaseldb.core.protocol import StatusEntry, StatusReply
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import Outcome
+from weaseldb.core.types import Outcome, RequestId
 
 STATUS = Counter(
     "weaseldb_gateway_status_lookups_total",
@@ -31,9 +31,10 @@ class StatusLookups:
         self._client = client
         self._index = IndexSearch(store)
 
-    async def status(self, request_id: str, min_version: int) -> dict[str, Any]:
-        if not 1 <= len(request_id) <= MAX_ID:
+    async def status(self, given: str, min_version: int) -> dict[str, Any]:
+        if not 1 <= len(given) <= MAX_ID:
             raise BadRequest(f"request_id must be 1..{MAX_ID} characters")
+        request_id = RequestId(given)
         try:
             reply = await self._ask_pipeline(request_id)
         except NotLeader as refused:
@@ -48,7 +49,7 @@ class StatusLookups:
             )
         return self._body(request_id, decision)
 
-    def _body(self, request_id: str, decision: status_logic.Answer) -> dict[str, Any]:
+    def _body(self, request_id: RequestId, decision: status_logic.Answer) -> dict[str, Any]:
         STATUS.labels(decision.status.value, decision.source).inc()
         body: dict[str, Any] = {"request_id": request_id, "status": decision.status.value}
         if decision.status == Outcome.COMMITTED:
@@ -57,7 +58,7 @@ class StatusLookups:
         return body
 
     async def _committed_in_index(
-        self, request_id: str, min_version: int, refused: NotLeader
+        self, request_id: RequestId, min_version: int, refused: NotLeader
     ) -> status_logic.Answer:
         """While the store is full no ban can be made durable, so only an id the request-id
         index holds as committed is answered (a committed id stays committed; the index
@@ -69,7 +70,7 @@ class StatusLookups:
             raise refused
         return found
 
-    async def _ask_pipeline(self, request_id: str) -> StatusReply:
+    async def _ask_pipeline(self, request_id: RequestId) -> StatusReply:
         client = self._client
         ticket = client.new_ticket()
         try:

@@ -39,6 +39,7 @@ from weaseldb.core.protocol import (
     decode_replies,
     encode_batch,
 )
+from weaseldb.core.types import Stage, Term, Version
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.versioncell import VersionCell
 
@@ -62,7 +63,7 @@ class PipelineUnavailable(Exception):
 @dataclass
 class Leadership:
     leader_id: str = ""
-    term: int = 0
+    term: Term = Term(0)
     leading: bool = False
     reason: str = "waiting for the persister to announce a term"
     silent: bool = False  # lost because the persister stopped talking, not by its word
@@ -94,7 +95,7 @@ class PipelineClient:
         self._outbox, self._inbox, self._cell = outbox, inbox, cell
         self._next_ticket = 0
         self._waiting: dict[int, asyncio.Future[Reply]] = {}
-        self._queue: list[RingEntry] = [Hello("gateway", worker)]  # sent first, at start
+        self._queue: list[RingEntry] = [Hello(Stage.GATEWAY, worker)]  # sent first, at start
         self._queued = asyncio.Event()
         self._queued.set()
         # term -> the last ticket submitted before this worker forwarded that TermStart
@@ -103,8 +104,8 @@ class PipelineClient:
         self.observer: Callable[[object], None] | None = None
 
     @property
-    def committed_version(self) -> int:
-        return self._cell.read()
+    def committed_version(self) -> Version:
+        return Version(self._cell.read())
 
     def new_ticket(self) -> int:
         self._next_ticket += 1
@@ -219,7 +220,7 @@ class PipelineClient:
         term.origin = self.worker
         self._enqueue(term)
 
-    def _abandon_before(self, term: int) -> None:
+    def _abandon_before(self, term: Term) -> None:
         """Everything sent before this worker forwarded `term` has been answered or was lost
         with a stage that restarted: what still waits will never be answered."""
         last = self._forwarded.pop(term, None)

@@ -15,6 +15,7 @@ import asyncio
 
 from weaseldb.core import recovery
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Term
 
 
 class TermProbe:
@@ -22,11 +23,11 @@ class TermProbe:
 
     def __init__(self, store: BlobStore) -> None:
         self._store = store
-        self._next: asyncio.Future[int | None] | None = None  # the round not started yet
+        self._next: asyncio.Future[Term | None] | None = None  # the round not started yet
         self._rounds: asyncio.Task[None] | None = None
         self.rounds = 0
 
-    async def newest_term(self) -> int | None:
+    async def newest_term(self) -> Term | None:
         future = self._next
         if future is None:
             future = self._next = asyncio.get_running_loop().create_future()

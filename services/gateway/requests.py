@@ -27,7 +27,7 @@ from weaseldb.core.protocol import (
     RangeRead,
     Write,
 )
-from weaseldb.core.types import VERSION_MAX
+from weaseldb.core.types import VERSION_MAX, RequestId, Version
 
 __all__ = ["BadRequest", "CommitRequest", "Limits", "ValidCommit", "parse_commit"]
 
@@ -96,7 +96,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class ValidCommit:
-    request_id: str
+    request_id: RequestId
     leader_id: str | None
     preconditions: list[Precondition]
     operations: list[Operation]
@@ -207,12 +207,12 @@ class _RandomIds:
     _buffer = b""
     _offset = 0
 
-    def next(self) -> str:
+    def next(self) -> RequestId:
         if self._offset >= len(self._buffer):
             self._buffer, self._offset = os.urandom(16 * self.IDS_PER_REFILL), 0
         start = self._offset
         self._offset += 16
-        return self._buffer[start : start + 16].hex()
+        return RequestId(self._buffer[start : start + 16].hex())
 
 
 _random_ids = _RandomIds()
@@ -220,14 +220,14 @@ _random_ids = _RandomIds()
 os.register_at_fork(after_in_child=lambda: setattr(_random_ids, "_buffer", b""))
 
 
-def _request_id(given: str | None) -> str:
+def _request_id(given: str | None) -> RequestId:
     if given is None:
         return _random_ids.next()
     if not REQUEST_ID_MIN <= len(given) <= REQUEST_ID_MAX:
         raise BadRequest(
             f"request_id: must be {REQUEST_ID_MIN}..{REQUEST_ID_MAX} characters, got {len(given)}"
         )
-    return given
+    return RequestId(given)
 
 
 class _Codec:
@@ -242,9 +242,9 @@ class _Codec:
         if version is None:
             raise BadRequest(f"{where}: needs a version (its own or the request's read_version)")
         if isinstance(p, PointReadIn):
-            return PointRead(self.key(p.key, f"{where}.key"), version)
+            return PointRead(self.key(p.key, f"{where}.key"), Version(version))
         begin, end = self.range(p.begin, p.end, where)
-        return RangeRead(begin, end, version)
+        return RangeRead(begin, end, Version(version))
 
     def operation(self, o: WriteIn | DeleteIn | RangeDeleteIn, index: int) -> Operation:
         where = f"operations[{index}]"

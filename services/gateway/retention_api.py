@@ -20,8 +20,8 @@ from typing import Any
 
 from services.gateway import retention
 from weaseldb.core import history, layout, policies
-from weaseldb.core.errors import Conflict
-from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.errors import Conflict, NotFound
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.timestamps import now_iso
 
 #: (version, key) of a policy's documents.

@@ -10,8 +10,8 @@ import msgspec
 
 from services.gateway import retention
 from weaseldb.core import manifest
-from weaseldb.core.errors import CorruptObject
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.errors import CorruptObject, NotFound
+from weaseldb.core.store import BlobStore
 
 log = logging.getLogger("weaseldb.gateway")
 

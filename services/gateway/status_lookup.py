@@ -13,9 +13,10 @@ from collections import OrderedDict
 
 from services.gateway import status as status_logic
 from weaseldb.core import requestids
+from weaseldb.core.errors import NotFound
 from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan
-from weaseldb.core.store import BlobStore, NotFound
-from weaseldb.core.types import Outcome
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Outcome, RequestId
 
 #: Segment headers kept per gateway worker (a header is ~16 bytes per bucket).
 HEADER_CACHE = 4096
@@ -27,7 +28,7 @@ class IndexSearch:
         self._headers: OrderedDict[str, tuple[SegmentHeader, int]] = OrderedDict()
 
     async def search(
-        self, request_id: str, low: int, high: int, *, upward: bool
+        self, request_id: RequestId, low: int, high: int, *, upward: bool
     ) -> status_logic.Answer:
         """`upward`: the client bounded the search with a min_version (see the module). A
         segment gone between LIST and read was merged into one written before it went (or
@@ -39,7 +40,7 @@ class IndexSearch:
         return answer
 
     async def _search_once(
-        self, request_id: str, low: int, high: int, upward: bool
+        self, request_id: RequestId, low: int, high: int, upward: bool
     ) -> tuple[status_logic.Answer, bool]:
         spans = requestids.cover(await requestids.list_spans(self._store))
         index_start = await self._index_start(spans)

@@ -20,7 +20,7 @@ from services.gateway import sse
 from services.gateway.errors import send_error
 from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
-from services.gateway.subscriptions import CLOSED_SLOW, Hub, Subscriber
+from services.gateway.subscriptions import CloseReason, Hub, Subscriber
 from weaseldb.core import history
 from weaseldb.core.config import Config
 from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
@@ -179,7 +179,7 @@ class ChangeStreams:
         finally:
             listener.cancel()
             pump.cancel()
-        if sub.closed == CLOSED_SLOW:
+        if sub.closed == CloseReason.SLOW:
             log.warning("subscriber cut off: more than %d bytes unsent", sub.limit)
             return  # return without ending the body: the server drops the connection
         with contextlib.suppress(OSError):
@@ -278,5 +278,5 @@ async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            sub.close("disconnected", flush=False)
+            sub.close(CloseReason.DISCONNECTED, flush=False)
             return

@@ -26,6 +26,7 @@ history version h, so the stream has no gap and no duplicate.
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,10 +35,15 @@ from itertools import islice
 from services.gateway import sse
 from weaseldb.core.protocol import AcceptedEvents, DurableEvents, EventTransaction
 
-CLOSED_SLOW = "slow_consumer"
-CLOSED_LEADER = "leader_changed"
-CLOSED_GAP = "events_dropped"
-ENDED = "ended"
+
+class CloseReason(enum.StrEnum):
+    """Why a change stream stops."""
+
+    SLOW = "slow_consumer"  # fell more than its buffer behind: cut off, nothing more sent
+    LEADER_CHANGED = "leader_changed"
+    EVENTS_DROPPED = "events_dropped"  # its feed skipped transactions: it would miss some
+    ENDED = "ended"  # the gateway is stopping
+    DISCONNECTED = "disconnected"  # the client went away
 
 
 @dataclass(eq=False)
@@ -87,7 +93,7 @@ class Subscriber:
     offset: int = 0  # the journal's offset at `cursor`
     live: bool = False
     last_version: int = 0  # newest transaction version taken (or sent as history)
-    closed: str = ""  # why the stream stops ("" while open)
+    closed: CloseReason | None = None  # why the stream stops (None while open)
     flush_first: bool = True  # deliver what is buffered before stopping
     _kept: list[Round] | None = None  # what was unread when it closed (journal: no longer)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -133,7 +139,7 @@ class Subscriber:
             self.last_version = round_.items[-1][0]
         return b"".join(chunks)
 
-    def close(self, reason: str, *, flush: bool) -> None:
+    def close(self, reason: CloseReason, *, flush: bool) -> None:
         if not self.closed:
             self.closed = reason
             self.flush_first = flush
@@ -200,7 +206,7 @@ class Feed:
             cut.append(sub)
         for sub in cut:
             del self.subscribers[sub]
-            sub.close(CLOSED_SLOW, flush=False)
+            sub.close(CloseReason.SLOW, flush=False)
             if sub.on_cut is not None:
                 sub.on_cut()
         for sub in self.subscribers:
@@ -298,7 +304,7 @@ class Hub:
         if message.transactions and message.prev_version > self.accepted_seen:
             # The resolver dropped rounds nobody could take in time: these streams would
             # skip transactions, so they end; their clients resume after a checkpoint.
-            self._close(False, CLOSED_GAP, flush=True)
+            self._close(False, CloseReason.EVENTS_DROPPED, flush=True)
             return
         self.accepted_through = max(self.accepted_through, message.resolved_through)
         items = self._render(message.prev_version, message.transactions, self.accepted_seen)
@@ -309,14 +315,14 @@ class Hub:
     def on_leader_lost(self) -> None:
         """Non-durable streams may hold transactions that will never be durable: close them
         now. Durable streams end cleanly after what they hold (every byte is durable)."""
-        self._close(False, CLOSED_LEADER, flush=False)
-        self._close(True, CLOSED_LEADER, flush=True)
+        self._close(False, CloseReason.LEADER_CHANGED, flush=False)
+        self._close(True, CloseReason.LEADER_CHANGED, flush=True)
 
     def close_all(self) -> None:
-        self._close(True, ENDED, flush=True)
-        self._close(False, ENDED, flush=True)
+        self._close(True, CloseReason.ENDED, flush=True)
+        self._close(False, CloseReason.ENDED, flush=True)
 
-    def _close(self, durable: bool, reason: str, *, flush: bool) -> None:
+    def _close(self, durable: bool, reason: CloseReason, *, flush: bool) -> None:
         feed = self._feeds[durable]
         for sub in list(feed.subscribers):
             sub.close(reason, flush=flush)

@@ -9,17 +9,17 @@ from weaseldb.core.protocol import (
     CommitEntry,
     CommitReply,
     CommitState,
-    ReplyStatus,
     RingEntry,
     StatusEntry,
     StatusReply,
 )
 from weaseldb.core.requestids import id_hash
+from weaseldb.core.types import Outcome, RequestId, Version
 
 _LOW32 = (1 << 32) - 1
 
 
-def outcome_key(request_id: str) -> int:
+def outcome_key(request_id: RequestId) -> int:
     """The 64 bits of an id's hash its outcome is found by: the high half (the sequencer's
     window keys by the low half, so a retry gets a remembered answer only when both match)."""
     return id_hash(request_id) >> 64
@@ -56,19 +56,19 @@ class Answers:
         self._hard_cap = max(hard_cap or memory, memory)
         # outcomes in release (= version) order
         self._outcomes = IdRing(self._hard_cap, version=np.uint32)
-        self._newest = 0  # the newest version remembered
+        self._newest = Version(0)  # the newest version remembered
         # own version -> (version answered, conflicts) of a remembered rejection
-        self._rejected: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
-        self.memory_floor = 0
+        self._rejected: dict[Version, tuple[Version, tuple[tuple[int, str], ...]]] = {}
+        self.memory_floor = Version(0)
         self.indexed_through = 0  # the request-id index covers every version up to this
-        self._term_first_version = 0
+        self._term_first_version = Version(0)
 
-    def start_term(self, first_version: int) -> None:
+    def start_term(self, first_version: Version) -> None:
         self._term_first_version = first_version
         self.memory_floor = max(self.memory_floor, first_version)
 
     def reply(
-        self, entry: RingEntry, committed_version: int, now_ms: int = 0
+        self, entry: RingEntry, committed_version: Version, now_ms: int = 0
     ) -> CommitReply | StatusReply | None:
         if isinstance(entry, StatusEntry):
             return self._status(entry, committed_version)
@@ -83,14 +83,14 @@ class Answers:
             self._remember(entry.request_id, reply, entry.version, now_ms)
         return reply
 
-    def _status(self, entry: StatusEntry, committed_version: int) -> StatusReply:
+    def _status(self, entry: StatusEntry, committed_version: Version) -> StatusReply:
         position = self._outcomes.find(outcome_key(entry.request_id))
-        outcome, version = "", 0
+        outcome, version = Outcome.NOT_REMEMBERED, Version(0)
         if position >= 0:
             version = self._version_at(position)
-            outcome = ReplyStatus.COMMITTED
+            outcome = Outcome.COMMITTED
             if version in self._rejected:
-                outcome, version = ReplyStatus.NOT_COMMITTED, 0
+                outcome, version = Outcome.NOT_COMMITTED, Version(0)
         return StatusReply(
             entry.ticket,
             entry.request_id,
@@ -104,18 +104,20 @@ class Answers:
     @staticmethod
     def stale_status(entry: StatusEntry) -> StatusReply:
         """A lookup banned by another term's sequencer (or by none): its ban may be lost."""
-        return StatusReply(entry.ticket, entry.request_id, 0, 0, stale=True)
+        return StatusReply(entry.ticket, entry.request_id, Version(0), Version(0), stale=True)
 
     @staticmethod
     def not_leader(entry: CommitEntry, why: str = "") -> CommitReply:
         """Nothing of this commit was applied."""
-        return CommitReply(entry.ticket, ReplyStatus.NOT_LEADER, 0, entry.request_id, reason=why)
+        return CommitReply(
+            entry.ticket, Outcome.NOT_LEADER, Version(0), entry.request_id, reason=why
+        )
 
     @staticmethod
     def unknown(entry: CommitEntry, why: str = "") -> CommitReply:
         """This commit may or may not have been applied."""
         return CommitReply(
-            entry.ticket, ReplyStatus.COMMIT_UNKNOWN, 0, entry.request_id, reason=why
+            entry.ticket, Outcome.COMMIT_UNKNOWN, Version(0), entry.request_id, reason=why
         )
 
     @classmethod
@@ -128,16 +130,14 @@ class Answers:
             return cls.unknown(entry, why)
         return cls.not_leader(entry, why)
 
-    def _fresh(self, entry: CommitEntry, committed: int) -> CommitReply:
+    def _fresh(self, entry: CommitEntry, committed: Version) -> CommitReply:
         match entry.state:
             case CommitState.ACCEPTED:
-                return CommitReply(
-                    entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id
-                )
+                return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
             case CommitState.REJECTED:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.NOT_COMMITTED,
+                    Outcome.NOT_COMMITTED,
                     committed,
                     entry.request_id,
                     entry.conflicts,
@@ -145,7 +145,7 @@ class Answers:
             case CommitState.FUTURE_READ:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.BAD_REQUEST,
+                    Outcome.BAD_REQUEST,
                     committed,
                     entry.request_id,
                     reason="a precondition reads at a version newer than any assigned",
@@ -153,7 +153,7 @@ class Answers:
             case CommitState.BANNED:
                 return CommitReply(
                     entry.ticket,
-                    ReplyStatus.NOT_COMMITTED,
+                    Outcome.NOT_COMMITTED,
                     committed,
                     entry.request_id,
                     reason="request_id_banned",
@@ -168,13 +168,11 @@ class Answers:
         if position >= 0 and self._version_at(position) == entry.version:
             rejected = self._rejected.get(entry.version)
             if rejected is None:
-                return CommitReply(
-                    entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id
-                )
+                return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
             answered, conflicts = rejected
             return CommitReply(
                 entry.ticket,
-                ReplyStatus.NOT_COMMITTED,
+                Outcome.NOT_COMMITTED,
                 answered,
                 entry.request_id,
                 list(conflicts),
@@ -182,14 +180,16 @@ class Answers:
         if entry.version < self._term_first_version:
             # The sequencer knows it from the index of earlier terms, which holds only
             # commits that are in the log.
-            return CommitReply(entry.ticket, ReplyStatus.COMMITTED, entry.version, entry.request_id)
+            return CommitReply(entry.ticket, Outcome.COMMITTED, entry.version, entry.request_id)
         return self.unknown(entry, "its original outcome is no longer remembered")
 
-    def _version_at(self, position: int) -> int:
+    def _version_at(self, position: int) -> Version:
         low = self._outcomes.column("version")[position]
-        return self._newest - ((self._newest - low) & _LOW32)
+        return Version(self._newest - ((self._newest - low) & _LOW32))
 
-    def _remember(self, request_id: str, reply: CommitReply, version: int, now_ms: int) -> None:
+    def _remember(
+        self, request_id: RequestId, reply: CommitReply, version: Version, now_ms: int
+    ) -> None:
         outcomes = self._outcomes
         key = outcome_key(request_id)
         position = outcomes.find(key)
@@ -199,7 +199,7 @@ class Answers:
             self._rejected.pop(self._version_at(position), None)
         outcomes.column("version")[position] = version & _LOW32
         self._newest = max(self._newest, version)
-        if reply.status == ReplyStatus.NOT_COMMITTED:
+        if reply.status == Outcome.NOT_COMMITTED:
             self._rejected[version] = (reply.version, tuple(reply.conflicts))
         self.forget_old(now_ms)
 
@@ -215,7 +215,7 @@ class Answers:
                 return
             outcomes.pop()
             self._rejected.pop(version, None)
-            self.memory_floor = max(self.memory_floor, version + 1)
+            self.memory_floor = Version(max(self.memory_floor, version + 1))
 
     def __len__(self) -> int:
         return len(self._outcomes)

@@ -38,6 +38,7 @@ from services.persister.termstate import Signal, TermState
 from weaseldb.core import channels
 from weaseldb.core.config import Config
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Stage
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, stage_app
 from weaseldb.runtime.stores.metered import MeteredStore
@@ -120,7 +121,7 @@ class PersisterStage:
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
     metered = MeteredStore(store, lambda op, area: STORE_REQUESTS.labels(op, area).inc())
     stage = PersisterStage(config, ring, metered)
-    app = stage_app("persister", stage.health)
+    app = stage_app(Stage.PERSISTER, stage.health)
 
     @app.post("/promote", tags=["operations"], summary="Let a standby claim the next term")
     async def promote() -> dict[str, str]:

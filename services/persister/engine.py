@@ -39,6 +39,7 @@ from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import AlreadyExists, Deposed, StoreFull, WeaselError
 from weaseldb.core.protocol import (
     CommitEntry,
     CommitState,
@@ -47,8 +48,8 @@ from weaseldb.core.protocol import (
     StatusEntry,
     Write,
 )
-from weaseldb.core.store import AlreadyExists, BlobStore, StoreFull
-from weaseldb.core.types import Deposed, WeaselError
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber, RequestId, Version
 from weaseldb.runtime.retries import with_retries
 
 log = logging.getLogger("weaseldb.persister")
@@ -97,7 +98,7 @@ class Engine:
         self._last_version = term.last_version  # last version handed to a batch
         self._release = OrderedRelease()
         self._pending: list[Transaction] = []
-        self._bans: list[str] = []
+        self._bans: list[RequestId] = []
         self._riders: list[RingEntry] = []
         self._pending_bytes = 0
         self._in_flight = 0
@@ -214,7 +215,7 @@ class Engine:
             self._completed(slot)
             return
         number = self._next_number
-        self._next_number -= 1
+        self._next_number = BatchNumber(number - 1)
         last = transactions[-1].version if transactions else self._last_version
         slot = Slot(number, last, riders)
         self._release.open(slot)
@@ -223,7 +224,7 @@ class Engine:
             batch=number,
             term=self._term.term,
             leader_id=self._term.leader_id,
-            first_version=transactions[0].version if transactions else last + 1,
+            first_version=transactions[0].version if transactions else Version(last + 1),
             last_version=last,
             created_at_ms=now_ms(),
             transactions=transactions,

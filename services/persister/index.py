@@ -24,8 +24,10 @@ from services.persister.fullness import Fullness
 from weaseldb.core import batchfile, layout, logstart, recovery, requestids
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import IdempotencyConfig, PersisterConfig
+from weaseldb.core.errors import AlreadyExists, StoreError, StoreFull
 from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
-from weaseldb.core.store import AlreadyExists, BlobError, BlobStore, StoreFull
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 from weaseldb.runtime import heap
 from weaseldb.runtime.retries import with_retries
@@ -49,7 +51,9 @@ TAIL_PARALLELISM = 64
 
 
 def rows_of(batch: batchfile.Batch) -> list[Row]:
-    rows = [(id_hash(t.request_id), t.version, t.timestamp_ms) for t in batch.transactions]
+    rows: list[Row] = [
+        (id_hash(t.request_id), t.version, t.timestamp_ms) for t in batch.transactions
+    ]
     rows += [(id_hash(r), BANNED, batch.created_at_ms) for r in batch.banned]
     return rows
 
@@ -58,10 +62,10 @@ def rows_of(batch: batchfile.Batch) -> list[Row]:
 class Stretch:
     """Batches not yet in a segment: from `oldest_batch` down to `newest_batch`."""
 
-    oldest_batch: int
-    first_version: int
-    newest_batch: int | None = None
-    last_version: int = 0
+    oldest_batch: BatchNumber
+    first_version: Version
+    newest_batch: BatchNumber | None = None
+    last_version: Version = Version(0)
     batches: int = 0
     rows: list[Row] = field(default_factory=list)
 
@@ -70,7 +74,7 @@ async def write_segment(
     store: BlobStore,
     config: PersisterConfig,
     stretch: Stretch,
-    term: int,
+    term: Term,
     *,
     promise: requestids.Promise | None = None,
 ) -> None:
@@ -93,6 +97,12 @@ async def write_segment(
     SEGMENTS.inc()
 
 
+def _after(stretch: Stretch) -> Stretch:
+    """The (empty) stretch right after `stretch`."""
+    assert stretch.newest_batch is not None
+    return Stretch(BatchNumber(stretch.newest_batch - 1), Version(stretch.last_version + 1))
+
+
 class IndexWriter:
     """Collects released batches; writes a segment when one is due (one write at a time)."""
 
@@ -101,7 +111,7 @@ class IndexWriter:
         store: BlobStore,
         config: PersisterConfig,
         *,
-        term: int,
+        term: Term,
         after: Stretch,
         fullness: Fullness | None = None,
         promise: requestids.Promise | None = None,
@@ -112,9 +122,8 @@ class IndexWriter:
         self._term = term
         self._promise = promise
         # `after` is the stretch the term's first segment covered: continue right after it.
-        assert after.newest_batch is not None
         self.indexed_through = after.last_version
-        self._open = Stretch(after.newest_batch - 1, after.last_version + 1)
+        self._open = _after(after)
         self._opened_at = time.monotonic()
         self._writing: asyncio.Task[None] | None = None
         self._merging: asyncio.Task[None] | None = None
@@ -148,8 +157,7 @@ class IndexWriter:
         if self._writing is not None and not self._writing.done():
             return  # the next write picks up everything added meanwhile
         stretch = self._open
-        assert stretch.newest_batch is not None
-        self._open = Stretch(stretch.newest_batch - 1, stretch.last_version + 1)
+        self._open = _after(stretch)
         self._writing = asyncio.create_task(self._write(stretch))
 
     async def _write(self, stretch: Stretch) -> None:
@@ -157,7 +165,7 @@ class IndexWriter:
             await write_segment(
                 self._store, self._config, stretch, self._term, promise=self._promise
             )
-        except BlobError as e:
+        except StoreError as e:
             SEGMENT_ERRORS.inc()
             if isinstance(e, StoreFull):  # said once, by `fullness`; tried again next tick
                 self._fullness.refused(FULLNESS_KEY, e)
@@ -243,26 +251,26 @@ class IndexWriter:
 
 async def _seed_after_segments(
     store: BlobStore, spans: list[requestids.SegmentSpan]
-) -> tuple[Seed, int]:
+) -> tuple[Seed, Version]:
     """Where the batches not yet indexed start, and the first version there (0: learn it
     from the first batch read, for a log that was never indexed)."""
     if spans:
         header, _ = await requestids.read_header(store, spans[0].key)
-        return Seed(header.newest_batch, header.term), header.last_version + 1
+        return Seed(header.newest_batch, header.term), Version(header.last_version + 1)
     # A log never indexed: from where the retained log starts (the garbage collector's
     # marker; the first batch when nothing was collected).
     start = await logstart.newest(store)
-    return (GENESIS, 0) if start is None else (start.seed, start.version + 1)
+    return (GENESIS, Version(0)) if start is None else (start.seed, Version(start.version + 1))
 
 
-async def read_tail(store: BlobStore, config: PersisterConfig, *, opening: int) -> Stretch:
+async def read_tail(store: BlobStore, config: PersisterConfig, *, opening: BatchNumber) -> Stretch:
     """The valid batches from the newest segment up to (not including) our opening batch,
     as a stretch the term's first segment will cover."""
     spans = requestids.cover(await requestids.list_spans(store))
     seed, first_version = await with_retries(
         lambda: _seed_after_segments(store, spans), config, "read the index"
     )
-    numbers = list(range(seed.first_number, opening, -1))
+    numbers = [BatchNumber(n) for n in range(seed.first_number, opening, -1)]
     batches = await _read_batches(store, config, numbers)
     stretch = Stretch(seed.first_number, first_version)
     walk = ValidityWalk(seed)
@@ -273,16 +281,16 @@ async def read_tail(store: BlobStore, config: PersisterConfig, *, opening: int) 
             stretch.rows += rows_of(batch)
             stretch.last_version = batch.last_version
     if stretch.first_version == 0:
-        stretch.first_version = 1
+        stretch.first_version = Version(1)
     return stretch
 
 
 async def _read_batches(
-    store: BlobStore, config: PersisterConfig, numbers: list[int]
+    store: BlobStore, config: PersisterConfig, numbers: list[BatchNumber]
 ) -> list[batchfile.Batch]:
     limit = asyncio.Semaphore(TAIL_PARALLELISM)
 
-    async def read(number: int) -> batchfile.Batch:
+    async def read(number: BatchNumber) -> batchfile.Batch:
         async with limit:
             return await with_retries(
                 lambda: recovery.read_batch(store, number), config, f"read batch {number}"

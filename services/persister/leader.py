@@ -41,9 +41,10 @@ from services.persister.watch import watch_terms
 from weaseldb.core import channels, requestids
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import Config
+from weaseldb.core.errors import NotLeader, StoreFull
 from weaseldb.core.protocol import LeaderLost, Shutdown, TermStart
-from weaseldb.core.store import BlobStore, StoreFull
-from weaseldb.core.types import NotLeader
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber, Version
 from weaseldb.runtime.service import replace_file
 
 log = logging.getLogger("weaseldb.persister")
@@ -174,7 +175,7 @@ class TermLeader:
         persister = self._config.persister
         tail = await read_tail(self._store, persister, opening=term.opening_batch)
         # The term's first segment covers the tail and our own opening (and fence) batches.
-        tail.newest_batch = term.next_number + 1
+        tail.newest_batch = BatchNumber(term.next_number + 1)
         tail.last_version = term.last_version
         promise = requestids.Promise.of(self._config.idempotency)
         await write_segment(self._store, persister, tail, term.term, promise=promise)
@@ -233,7 +234,11 @@ class TermLeader:
 
     def _announce(self, term: OpenedTerm) -> None:
         announcement = TermStart(
-            term.term, term.leader_id, term.last_version + 1, term.last_version, self._window_file
+            term.term,
+            term.leader_id,
+            Version(term.last_version + 1),
+            term.last_version,
+            self._window_file,
         )
         self._state.announce(announcement)
         self._outgoing.broadcast([announcement])

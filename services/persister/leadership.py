@@ -21,8 +21,9 @@ from weaseldb.core import batchfile, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import PersisterConfig
-from weaseldb.core.store import AlreadyExists, BlobStore
-from weaseldb.core.types import NUMBER_TOP, Deposed, NotLeader
+from weaseldb.core.errors import AlreadyExists, Deposed, NotLeader
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Term, Version
 from weaseldb.runtime.retries import with_retries
 
 #: Fence batches written at once when a term opens.
@@ -35,25 +36,25 @@ class LostClaim(NotLeader):
 
 @dataclass(frozen=True)
 class Claim:
-    term: int
-    prior_term: int | None
+    term: Term
+    prior_term: Term | None
     leader_id: str
 
 
 @dataclass(frozen=True)
 class OpenedTerm:
-    term: int
+    term: Term
     leader_id: str
-    opening_batch: int
-    next_number: int  # where the first data batch goes
-    last_version: int  # versions of this term start right after it
+    opening_batch: BatchNumber
+    next_number: BatchNumber  # where the first data batch goes
+    last_version: Version  # versions of this term start right after it
 
 
 @dataclass(frozen=True)
 class Holder:
     """The newest term claim as one candidate saw it (both None: nothing claimed yet)."""
 
-    term: int | None
+    term: Term | None
     pod: str | None
 
 
@@ -65,7 +66,7 @@ async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Hold
     return Holder(newest, str((await _read_claim(store, newest, config)).get("pod", "")))
 
 
-async def _read_claim(store: BlobStore, term: int, config: PersisterConfig) -> dict[str, object]:
+async def _read_claim(store: BlobStore, term: Term, config: PersisterConfig) -> dict[str, object]:
     body = await with_retries(lambda: store.get(layout.term_key(term)), config, "read claim")
     document: dict[str, object] = orjson.loads(body)
     return document
@@ -86,7 +87,7 @@ async def claim(
         prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     else:
         prior = observed.term
-    term = NUMBER_TOP if prior is None else prior - 1
+    term = Term(NUMBER_TOP if prior is None else prior - 1)
     body = orjson.dumps(
         {"term": term, "leader_id": leader_id, "pod": pod_name, "started_at_ms": now_ms()}
     )
@@ -127,11 +128,12 @@ async def open_term(
             raise Deposed(f"term {taken.term} wrote batch {number} before our opening")
         if newest is None or not layout.is_newer_term(newest, taken.term):
             last_version, newest = max(last_version, taken.last_version), taken.term
-        number -= 1
+        number = BatchNumber(number - 1)
     fenced = recovery.FENCE_LENGTH if fence else 0
     if fenced:
         await _fence(store, claimed, opening, config)
-    return OpenedTerm(claimed.term, claimed.leader_id, number, number - fenced - 1, last_version)
+    first_data = BatchNumber(number - fenced - 1)
+    return OpenedTerm(claimed.term, claimed.leader_id, number, first_data, last_version)
 
 
 async def _put_or_read(
@@ -153,7 +155,7 @@ async def _fence(
     # the store takes at once.
     limit = asyncio.Semaphore(max(config.max_in_flight_requests, FENCE_PARALLELISM))
 
-    async def fence_one(number: int) -> None:
+    async def fence_one(number: BatchNumber) -> None:
         fence = batchfile.empty_batch(
             number=number,
             term=claimed.term,
@@ -168,4 +170,4 @@ async def _fence(
             raise Deposed(f"term {taken.term} wrote batch {number} inside our fence")
 
     numbers = range(opening.batch - 1, opening.batch - recovery.FENCE_LENGTH - 1, -1)
-    await asyncio.gather(*(fence_one(n) for n in numbers))
+    await asyncio.gather(*(fence_one(BatchNumber(n)) for n in numbers))

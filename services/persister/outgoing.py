@@ -38,6 +38,7 @@ from weaseldb.core.protocol import (
     encode_batch,
     encode_shared,
 )
+from weaseldb.core.types import Stage, Version
 from weaseldb.runtime import tracing
 from weaseldb.runtime.versioncell import VersionCell
 
@@ -55,15 +56,15 @@ class Outgoing:
         self._answers = answers
         self._cell = cell
         self._index: IndexWriter | None = None
-        self.committed = 0
+        self.committed = Version(0)
         self._store_full = False  # as Fullness last said
         self._pending: dict[int, list[GatewayMessage]] = defaultdict(list)  # answers by worker
         self._puts_counted = 0
         # Released transactions not yet sent as DurableEvents, and the version released
         # just before them (the change stream's prev_version).
         self._events: list[EventTransaction] = []
-        self._events_prev = 0
-        self._last_released_tx = 0
+        self._events_prev = Version(0)
+        self._last_released_tx = Version(0)
         # What each gateway worker subscribes to (only workers with subscribers are here):
         # the others get no events, and no Progress but the heartbeat.
         self._interest: dict[int, Interest] = {}
@@ -73,7 +74,7 @@ class Outgoing:
         self._index = index
         self._answers.indexed_through = term.last_version
         self.committed = term.last_version
-        self._answers.start_term(term.last_version + 1)
+        self._answers.start_term(Version(term.last_version + 1))
         self._last_released_tx = self._events_prev = term.last_version
         self._puts_counted = 0
         self._cell.write(term.last_version)
@@ -85,7 +86,7 @@ class Outgoing:
         released_ns = time.time_ns()
         now = now_ms()
         for slot in slots:
-            tracing.record_stage("persister", slot.riders, slot.opened_ns, released_ns)
+            tracing.record_stage(Stage.PERSISTER, slot.riders, slot.opened_ns, released_ns)
             if slot.batch is not None:
                 self.committed = slot.last_version
                 BATCHES.inc()

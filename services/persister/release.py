@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 from weaseldb.core.batchfile import Batch
 from weaseldb.core.protocol import RingEntry
+from weaseldb.core.types import BatchNumber, Version
 
 
 @dataclass(eq=False)
 class Slot:
-    number: int | None  # the batch number, or None when nothing is written
-    last_version: int  # last version of the log once this slot is durable
+    number: BatchNumber | None  # the batch number, or None when nothing is written
+    last_version: Version  # last version of the log once this slot is durable
     riders: list[RingEntry] = field(default_factory=list)
     durable: bool = False
     attempts: int = 0

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 from weaseldb.core import recovery
 from weaseldb.core.layout import is_newer_term
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Term
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -29,10 +30,10 @@ WATCH_ERRORS = Counter(
 
 async def watch_terms(
     store: BlobStore,
-    term: int,
+    term: Term,
     *,
     interval_s: float,
-    on_newer: Callable[[int], None],
+    on_newer: Callable[[Term], None],
     leading: Callable[[], bool],
     give_up_after: int,
     on_unreachable: Callable[[str], None],

@@ -27,6 +27,7 @@ from weaseldb.core.protocol import (
     TermStart,
     encode_batch,
 )
+from weaseldb.core.types import Stage, Term, Version
 from weaseldb.runtime.relay import RelayStage
 from weaseldb.runtime.ring import Endpoints, Outbox, Ring
 from weaseldb.runtime.service import Health, stage_app
@@ -59,12 +60,12 @@ class AcceptedPublisher:
         self._frames: list[_Frame] = []
         self.backlog_bytes = 0
         self._ready = asyncio.Event()
-        self._term = 0
-        self._prev = 0  # newest accepted version (published, if anyone listens)
-        self._through = 0
+        self._term = Term(0)
+        self._prev = Version(0)  # newest accepted version (published, if anyone listens)
+        self._through = Version(0)
         self._wanted: dict[int, int] = {}  # worker -> the sync number of its interest
 
-    def collect(self, entries: list[RingEntry], resolved_through: int) -> None:
+    def collect(self, entries: list[RingEntry], resolved_through: Version) -> None:
         transactions: list[EventTransaction] = []
         prev = self._prev
         for entry in entries:
@@ -72,7 +73,7 @@ class AcceptedPublisher:
                 self._emit(transactions, prev)
                 transactions = []
                 self._term = entry.term
-                self._prev = prev = self._through = entry.first_version - 1
+                self._prev = prev = self._through = Version(entry.first_version - 1)
             elif isinstance(entry, CommitEntry) and entry.state is CommitState.ACCEPTED:
                 if not self._wanted:
                     self._prev = entry.version  # nobody listens: only keep count
@@ -93,7 +94,7 @@ class AcceptedPublisher:
 
     def _take_interest(self, entry: Interest | Hello) -> None:
         if isinstance(entry, Hello):
-            if entry.stage == "gateway":
+            if entry.stage == Stage.GATEWAY:
                 self._wanted.pop(entry.worker, None)  # a new process: no subscribers yet
             return
         if not 0 <= entry.worker < len(self._outboxes):
@@ -106,7 +107,7 @@ class AcceptedPublisher:
             self._queue(message, [entry.worker], sync=True)
 
     def _emit(
-        self, transactions: list[EventTransaction], prev: int, *, always: bool = False
+        self, transactions: list[EventTransaction], prev: Version, *, always: bool = False
     ) -> None:
         if not (transactions or always):
             return
@@ -147,13 +148,13 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
 
     def process(entries: list[RingEntry]) -> list[RingEntry]:
         resolver.resolve(entries)
-        publisher.collect(entries, resolver.newest if resolver.leading else 0)
+        publisher.collect(entries, resolver.newest if resolver.leading else Version(0))
         if not health.ready and any(isinstance(e, TermStart) for e in entries):
             health.set(True, "leading")
         return entries
 
     stage = RelayStage(
-        "resolver",
+        Stage.RESOLVER,
         ring.inbox(endpoints.resolver),
         ring.outbox(endpoints.persister),
         process,
@@ -162,4 +163,4 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         health=health,
         companions=[publisher.run],  # publishing never delays forwarding to the persister
     )
-    return stage, stage_app("resolver", health)
+    return stage, stage_app(Stage.RESOLVER, health)

@@ -64,7 +64,7 @@ from weaseldb.core.protocol import (
     point_range,
     written_ranges,
 )
-from weaseldb.core.types import ConflictReason
+from weaseldb.core.types import ConflictReason, Stage, Term, Version
 
 log = logging.getLogger("weaseldb.resolver")
 
@@ -76,10 +76,10 @@ class Resolver:
         self._window = window or ResolverConfig()
         self._clock = clock
         self._history = WriteHistory()
-        self._term: int | None = None
-        self._first_version: int | None = None  # None: no term is active
+        self._term: Term | None = None
+        self._first_version: Version | None = None  # None: no term is active
         self._floor = 0  # history holds every accepted write with version >= floor
-        self._newest = 0  # highest version resolved this term
+        self._newest = Version(0)  # highest version resolved this term
         # (clock reading, first version resolved at or after it), oldest first: maps the
         # time window to versions.
         self._samples: deque[tuple[float, int]] = deque()
@@ -94,7 +94,7 @@ class Resolver:
         return self._floor - 1
 
     @property
-    def newest(self) -> int:
+    def newest(self) -> Version:
         """The highest version resolved this term (first_version - 1 before any)."""
         return self._newest
 
@@ -113,7 +113,7 @@ class Resolver:
         self._history = WriteHistory()
         self._first_version = term.first_version
         self._floor = term.first_version
-        self._newest = term.first_version - 1
+        self._newest = Version(term.first_version - 1)
         self._samples = deque([(self._clock(), term.first_version)])
 
     def end_term(self) -> None:
@@ -138,7 +138,7 @@ class Resolver:
                     self._resolve_commit(entry)
             elif isinstance(entry, TermStart):
                 self.start_term(entry)
-            elif isinstance(entry, Hello) and entry.stage == "sequencer":
+            elif isinstance(entry, Hello) and entry.stage == Stage.SEQUENCER:
                 self._retire("the sequencer restarted")
 
     def _resolve_commit(self, entry: CommitEntry) -> None:

@@ -10,6 +10,7 @@ from weaseldb.core import channels, requestids
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import Config
 from weaseldb.core.protocol import RingEntry
+from weaseldb.core.types import Stage
 from weaseldb.runtime.relay import RelayStage
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, stage_app
@@ -40,7 +41,7 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         return forward
 
     stage = RelayStage(
-        "sequencer",
+        Stage.SEQUENCER,
         ring.inbox(endpoints.sequencer),
         ring.outbox(endpoints.resolver),
         process,
@@ -48,4 +49,4 @@ def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
         drain_timeout_s=config.drain_timeout_s,
         health=health,
     )
-    return stage, stage_app("sequencer", health)
+    return stage, stage_app(Stage.SEQUENCER, health)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from services.sequencer.window import COLLIDED, FadedIds, RequestIdWindow
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, StatusEntry, TermStart
 from weaseldb.core.requestids import BANNED, Entries, id_hash
+from weaseldb.core.types import Term, Version
 
 #: Reads the window of earlier terms that a TermStart names (a file in the run directory).
 WindowLoader = Callable[[str], Entries]
@@ -39,8 +40,8 @@ class Sequencer:
         self._window_size = (id_memory, window_ms, id_hard_cap)
         self._window = self._new_window()
         self._load_window = load_window
-        self._next_version: int | None = None
-        self._term: int | None = None
+        self._next_version: Version | None = None
+        self._term: Term | None = None
 
     def _new_window(self) -> RequestIdWindow:
         memory, window_ms, hard_cap = self._window_size
@@ -51,13 +52,13 @@ class Sequencer:
         return self._next_version is not None
 
     @property
-    def term(self) -> int | None:
+    def term(self) -> Term | None:
         return self._term
 
     @property
-    def last_assigned(self) -> int:
+    def last_assigned(self) -> Version:
         """The highest version handed out so far (the status upper bound)."""
-        return (self._next_version or 1) - 1
+        return Version((self._next_version or 1) - 1)
 
     @property
     def remembered(self) -> int:
@@ -102,14 +103,14 @@ class Sequencer:
             entry.state = CommitState.UNKNOWN  # may have an outcome: never applied twice
         elif original is not None:
             entry.state = CommitState.DUPLICATE
-            entry.version = original
+            entry.version = Version(original)
         elif any(p.version >= self._next_version for p in entry.preconditions):
             entry.state = CommitState.FUTURE_READ  # nobody can have read there
         else:
             entry.version = self._next_version
             entry.timestamp_ms = now_ms
             entry.state = CommitState.SEQUENCED
-            self._next_version += 1
+            self._next_version = Version(self._next_version + 1)
             self._window.add(hash_, entry.version, now_ms)
 
     def _ban(self, entry: StatusEntry, now_ms: int) -> None:

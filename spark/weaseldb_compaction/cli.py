@@ -9,8 +9,7 @@ from pathlib import Path
 
 from weaseldb.core import layout, manifest
 from weaseldb.core.config import ConfigError
-from weaseldb.core.errors import StoreError
-from weaseldb.core.store import BlobError, StoreFull
+from weaseldb.core.errors import StoreError, StoreFull
 from weaseldb.runtime.stores import open_store
 
 #: How a failed write for space reads in Java's exceptions (ENOSPC's message).
@@ -23,7 +22,7 @@ FULL = (
 
 
 async def _probe(store_url: str) -> tuple[bool, bool]:
-    """(has batches, has a snapshot); BlobError/OSError when the store cannot be read."""
+    """(has batches, has a snapshot); StoreError/OSError when the store cannot be read."""
     store = open_store(store_url, pool_size=2)
     try:
         batches = await store.list(layout.BATCHES, limit=1)
@@ -39,7 +38,7 @@ def check_store(store_url: str) -> None:
         raise ConfigError(f"no such directory: {store_url.removeprefix('dir:')}")
     try:
         has_batches, has_snapshot = asyncio.run(_probe(store_url))
-    except (BlobError, OSError, ValueError) as e:
+    except (StoreError, OSError, ValueError) as e:
         raise ConfigError(f"cannot read the store {where}: {e}") from e
     if not has_batches and not has_snapshot:
         raise ConfigError(f"no batches under {where}: nothing to compact (is it the right prefix?)")

@@ -26,7 +26,7 @@ import pyarrow as pa
 from weaseldb.core import batchfile, layout
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber
 from weaseldb.runtime.stores import open_store
 
 WRITE, DELETE, RANGE_DELETE = 0, 1, 2
@@ -114,7 +114,8 @@ def _decoded(
     try:
         for start in range(0, len(pending), BATCHES_PER_CHUNK):
             chunk = pending[start : start + BATCHES_PER_CHUNK]
-            blobs = loop.run_until_complete(_fetch(store, [NUMBER_TOP - s for s in chunk]))
+            numbers = [BatchNumber(NUMBER_TOP - s) for s in chunk]
+            blobs = loop.run_until_complete(_fetch(store, numbers))
             yield [
                 (seq, batchfile.decode(blob, key=key), len(blob))
                 for seq, (blob, key) in zip(chunk, blobs, strict=True)
@@ -124,10 +125,10 @@ def _decoded(
         loop.close()
 
 
-async def _fetch(store: BlobStore, numbers: list[int]) -> list[tuple[bytes, str]]:
+async def _fetch(store: BlobStore, numbers: list[BatchNumber]) -> list[tuple[bytes, str]]:
     limit = asyncio.Semaphore(FETCH_PARALLELISM)
 
-    async def get(number: int) -> tuple[bytes, str]:
+    async def get(number: BatchNumber) -> tuple[bytes, str]:
         key = layout.batch_key(number)
         async with limit:
             return await store.get(key), key

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import enum
 import itertools
 import math
 import threading
@@ -35,10 +36,12 @@ import msgspec
 from pyspark.sql import DataFrame, SparkSession
 
 from weaseldb.core import gc, history, logstart, manifest
+from weaseldb.core.errors import AlreadyExists
 from weaseldb.core.fold import RangeFragments
 from weaseldb.core.manifest import Manifest, SnapshotFile, SourceBatches
-from weaseldb.core.store import AlreadyExists, BlobStore, list_all
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.timestamps import now_iso
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import Seed
 from weaseldb.runtime.heartbeat import RunHeartbeat
 from weaseldb.runtime.stores import open_store
@@ -70,9 +73,17 @@ class Options:
     gc_grace_s: float = gc.DEFAULT_GRACE_S
 
 
+class RunStatus(enum.StrEnum):
+    """How a run ended (a failed run raises instead)."""
+
+    PUBLISHED = "published"  # this run's snapshot is the newest
+    UP_TO_DATE = "up_to_date"  # nothing newer to fold: nothing written
+    LOST_RACE = "lost_race"  # another run published the same version first: its files removed
+
+
 @dataclass
 class Outcome:
-    status: str  # published | up_to_date | lost_race
+    status: RunStatus
     message: str
     manifest: Manifest | None = None
     batches_read: int = 0
@@ -150,13 +161,15 @@ def _compact(d: _Driver) -> Outcome:
         f"{len(numbers)} durable batches after it"
     )
     if not numbers:
-        return Outcome("up_to_date", f"snapshot {previous.version if previous else 0} is current")
+        return Outcome(
+            RunStatus.UP_TO_DATE, f"snapshot {previous.version if previous else 0} is current"
+        )
     with _StageProgress(d.spark, d.progress):
         return _fold_and_publish(d, previous, seed, numbers)
 
 
 def _fold_and_publish(
-    d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[int]
+    d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[BatchNumber]
 ) -> Outcome:
     first, last = plan.seq_of(numbers[0]), plan.seq_of(numbers[-1])
     survey = _Survey(transforms.survey(_ordinals(d, first, last), d.options.store_url).collect())
@@ -166,7 +179,7 @@ def _fold_and_publish(
     d.progress(f"read {len(headers)} batches ({read_bytes / 1e6:.1f} MB)")
     if target is None or (previous is not None and target.version <= previous.version):
         version = previous.version if previous else 0
-        return Outcome("up_to_date", f"no new versions after {version}", None, len(headers))
+        return Outcome(RunStatus.UP_TO_DATE, f"no new versions after {version}", None, len(headers))
     d.progress(
         f"folding {target.operations} operations of {target.count - len(target.void_seqs)} "
         f"valid batches ({len(target.void_seqs)} void) up to version {target.version}"
@@ -209,10 +222,10 @@ class _Survey:
 
 def _header(row: Any) -> plan.Header:
     return plan.Header(
-        number=plan.number_of(row.seq),
-        term=plan.number_of(row.term_seq),
-        first_version=row.first_version,
-        last_version=row.last_version,
+        number=BatchNumber(plan.number_of(row.seq)),
+        term=Term(plan.number_of(row.term_seq)),
+        first_version=Version(row.first_version),
+        last_version=Version(row.last_version),
         operations=row.operations,
         size=row.size,
     )
@@ -257,7 +270,7 @@ def _write_and_publish(
         d.stop_beating()
         d.sync(_remove_run(d.store, target.version, run_id))
         return Outcome(
-            "lost_race",
+            RunStatus.LOST_RACE,
             f"another compaction published version {target.version} first; "
             "this run's files were removed",
             None,
@@ -266,7 +279,7 @@ def _write_and_publish(
         )
     d.stop_beating()
     d.sync(d.store.delete(gc.run_started_key(target.version, run_id)))
-    return Outcome("published", "published", result, target.count, target.operations)
+    return Outcome(RunStatus.PUBLISHED, "published", result, target.count, target.operations)
 
 
 def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:
@@ -340,7 +353,7 @@ def _json(started: gc.RunStarted) -> bytes:
     return msgspec.json.encode(started)
 
 
-async def _remove_run(store: BlobStore, version: int, run_id: str) -> None:
+async def _remove_run(store: BlobStore, version: Version, run_id: str) -> None:
     keys = await list_all(store, gc.run_location(version, run_id))
     for key in [*keys, gc.run_started_key(version, run_id)]:
         await store.delete(key)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Term, Version
 from weaseldb.core.validity import Seed, valid_flags
 
 
@@ -29,20 +29,20 @@ def number_of(seq: int) -> int:
 
 @dataclass(frozen=True)
 class Header:
-    number: int
-    term: int
-    first_version: int
-    last_version: int
+    number: BatchNumber
+    term: Term
+    first_version: Version
+    last_version: Version
     operations: int
     size: int  # encoded bytes
 
 
 @dataclass(frozen=True)
 class Target:
-    batch: int  # the newest batch folded in
-    term: int  # the newest valid term up to and including `batch`
-    version: int  # the snapshot's version: `batch`'s last version
-    oldest: int  # the oldest batch read (numbers count down: oldest >= batch)
+    batch: BatchNumber  # the newest batch folded in
+    term: Term  # the newest valid term up to and including `batch`
+    version: Version  # the snapshot's version: `batch`'s last version
+    oldest: BatchNumber  # the oldest batch read (numbers count down: oldest >= batch)
     count: int  # batches read, void ones included, up to `batch`
     void_seqs: list[int]  # ordinals of the void batches up to `batch`
     operations: int  # operations of the valid batches up to `batch`

@@ -21,6 +21,7 @@ from tests.support.waiting import wait_for
 from weaseldb.core import manifest
 from weaseldb.core.history import committed_transactions
 from weaseldb.core.manifest import Manifest, SourceBatches
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 
@@ -229,12 +230,18 @@ def test_snapshots_lists_published_manifests_newest_first(
 
     async def publish(version: int) -> None:
         published = Manifest(
-            format=manifest.FORMAT_VERSION, version=version, batch=2**64 - 1 - version,
-            term=2**64 - 1, created_at="2026-01-01T00:00:00.000Z",
-            location=f"snapshots/{version:020d}/run/", files=[], keys=version * 10,
-            bytes=version * 100, source_batches=SourceBatches(2**64 - 1, 2**64 - 1, 1),
+            format=manifest.FORMAT_VERSION,
+            version=Version(version),
+            batch=BatchNumber(2**64 - 1 - version),
+            term=Term(2**64 - 1),
+            created_at="2026-01-01T00:00:00.000Z",
+            location=f"snapshots/{version:020d}/run/",
+            files=[],
+            keys=version * 10,
+            bytes=version * 100,
+            source_batches=SourceBatches(BatchNumber(2**64 - 1), BatchNumber(2**64 - 1), 1),
             previous=None,
-        )  # fmt: skip
+        )
         await store.put_if_absent(f"snapshots/{version:020d}/run/part-0.parquet", b"PAR1")
         await store.put_if_absent(published.key, manifest.encode(published))
 

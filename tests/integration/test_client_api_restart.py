@@ -21,7 +21,7 @@ from weaseldb.core.batchfile import Batch, BatchKind, Transaction
 from weaseldb.core.history import all_batch_numbers
 from weaseldb.core.protocol import Write
 from weaseldb.core.recovery import read_batch
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
@@ -101,16 +101,17 @@ def test_ids_of_void_batches_are_not_committed(tmp_path: Path, run_dir: Path) ->
 
     def batch(number: int, term: int, first: int, last: int, ids: list[str]) -> bytes:
         txs = [
-            Transaction(first + i, rid, 0, [Write(b"k", rid.encode())]) for i, rid in enumerate(ids)
+            Transaction(Version(first + i), RequestId(rid), 0, [Write(b"k", rid.encode())])
+            for i, rid in enumerate(ids)
         ]
         return batchfile.encode(
             Batch(
                 format=batchfile.FORMAT_VERSION,
-                batch=number,
-                term=term,
+                batch=BatchNumber(number),
+                term=Term(term),
                 leader_id=f"leader-{term}",
-                first_version=first,
-                last_version=last,
+                first_version=Version(first),
+                last_version=Version(last),
                 created_at_ms=0,
                 kind=BatchKind.DATA if ids else BatchKind.OPENING,
                 transactions=txs,
@@ -120,16 +121,17 @@ def test_ids_of_void_batches_are_not_committed(tmp_path: Path, run_dir: Path) ->
     async def build() -> None:
         for term in (t1, t2):
             claim = {"term": term, "leader_id": f"leader-{term}", "pod": "", "started": 0}
-            await store.put_if_absent(layout.term_key(term), orjson.dumps(claim))
+            await store.put_if_absent(layout.term_key(Term(term)), orjson.dumps(claim))
         await store.put_if_absent(
-            layout.batch_key(NUMBER_TOP), batch(NUMBER_TOP, t1, 1, 1, ["valid-request-00000001"])
+            layout.batch_key(BatchNumber(NUMBER_TOP)),
+            batch(NUMBER_TOP, t1, 1, 1, ["valid-request-00000001"]),
         )
         await store.put_if_absent(
-            layout.batch_key(NUMBER_TOP - 1), batch(NUMBER_TOP - 1, t2, 2, 1, [])
+            layout.batch_key(BatchNumber(NUMBER_TOP - 1)), batch(NUMBER_TOP - 1, t2, 2, 1, [])
         )
         # A late write of the deposed term-1 leader after term 2 opened: void.
         await store.put_if_absent(
-            layout.batch_key(NUMBER_TOP - 2),
+            layout.batch_key(BatchNumber(NUMBER_TOP - 2)),
             batch(NUMBER_TOP - 2, t1, 2, 2, ["void-request-000000002"]),
         )
 

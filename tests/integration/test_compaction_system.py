@@ -29,6 +29,7 @@ from weaseldb.core import manifest
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.fold import reference_fold
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.types import Version
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -81,7 +82,9 @@ def subscribed_state(url: str, upto: int, after: int = 0) -> dict[bytes, tuple[b
     finally:
         sub.stop()
     txs = [
-        Transaction(int(t["version"]), t["request_id"], 0, [operation(o) for o in t["operations"]])
+        Transaction(
+            Version(int(t["version"])), t["request_id"], 0, [operation(o) for o in t["operations"]]
+        )
         for t in sub.transactions
         if int(t["version"]) <= upto
     ]

@@ -15,6 +15,7 @@ from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.waiting import wait_for
 from weaseldb.core.history import committed_transactions
+from weaseldb.core.types import Stage
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
@@ -70,7 +71,7 @@ def test_graceful_stop_drains_and_exits_zero(tmp_path: Path, run_dir: Path) -> N
 
 def test_a_dying_service_stops_the_whole_set_non_zero(tmp_path: Path, run_dir: Path) -> None:
     cluster = ProcessSet(f"dir:{tmp_path / 'data'}", free_port_block(), run_dir).start()
-    os.kill(cluster.service_pid("resolver"), signal.SIGKILL)
+    os.kill(cluster.service_pid(Stage.RESOLVER), signal.SIGKILL)
     assert cluster.process is not None
     assert cluster.process.wait(30) != 0
     assert not cluster.pids(), "every service must be gone"

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
 from tests.support.minio import MinioServer
+from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
 
@@ -154,8 +155,8 @@ def test_the_sequencer_killed_after_gc(store_url: str, services: ServiceSet) -> 
     and hands it the window it rebuilds from the index."""
     r_version = before_gc(services.url)
     summary = compact_and_collect(store_url)
-    services.kill_stage("sequencer")  # SIGKILL
-    services.start_stage("sequencer")
+    services.kill_stage(Stage.SEQUENCER)  # SIGKILL
+    services.start_stage(Stage.SEQUENCER)
     services.wait_ready(timeout=60)
     assert_promise_holds(services.url, r_version)
     assert_segments_outlived_their_batches(summary)

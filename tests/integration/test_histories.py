@@ -22,6 +22,7 @@ import pytest
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
 from tests.support.histories import LogFollower, Workload, assert_history_is_clean, retried
 from tests.support.waiting import wait_for
+from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
 
@@ -102,9 +103,9 @@ def test_history_holds_across_single_stage_restarts(tmp_path: Path, run_dir: Pat
     # one's own, so the persister hears both at once and must not answer the gateway with
     # the term it is about to replace; a `Prober` makes sure commits are sequenced in any
     # window that opens (without the fixes the resolver crashed here every run).
-    restarts = [("sequencer",), ("resolver",), ("gateway",), ("persister",)]
+    restarts = [(Stage.SEQUENCER,), (Stage.RESOLVER,), (Stage.GATEWAY,), (Stage.PERSISTER,)]
     try:
-        for stages in [*restarts, ("gateway", "sequencer")]:
+        for stages in [*restarts, (Stage.GATEWAY, Stage.SEQUENCER)]:
             commits_grow_by(workload, 100)
             for stage in stages:
                 services.kill_stage(stage)

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block, short_run_dir
 from tests.support.waiting import wait_for
 from weaseldb.core.history import committed_transactions
+from weaseldb.core.types import Stage
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
@@ -176,7 +177,7 @@ def test_nothing_applied_is_not_leader_and_maybe_applied_is_commit_unknown(
     ).start()
     try:
         assert post(services.url, ids("warm", 1)[0]).status_code == 200
-        persister = services.processes["persister"]
+        persister = services.processes[Stage.PERSISTER]
         os.kill(persister.pid, signal.SIGSTOP)  # commits now wait in the ring
 
         async def in_flight() -> list[httpx.Response]:
@@ -193,7 +194,7 @@ def test_nothing_applied_is_not_leader_and_maybe_applied_is_commit_unknown(
         os.kill(persister.pid, signal.SIGKILL)
         persister.wait(10)
         started = time.monotonic()
-        services.start_stage("persister")
+        services.start_stage(Stage.PERSISTER)
         answers = waiting.run_until_complete(pending)
         waiting.close()
         # Lost with the persister: the new term's TermJoined answers them long before the
@@ -204,7 +205,7 @@ def test_nothing_applied_is_not_leader_and_maybe_applied_is_commit_unknown(
             assert answer.json()["error"] == "commit_unknown"
             assert answer.json()["request_id"].startswith("in-flight-")
 
-        services.kill_stage("persister")
+        services.kill_stage(Stage.PERSISTER)
         wait_for(lambda: httpx.get(f"{services.url}/readyz").status_code == 503, timeout=30)
         refused = post(services.url, ids("refused", 1)[0])
         assert refused.status_code == 503

@@ -21,9 +21,9 @@ import pytest
 from services.gateway.retention import BelowLogStart
 from services.gateway.retention_api import RetentionPolicies
 from weaseldb.core import gc, history, logstart, manifest
-from weaseldb.core.errors import Conflict
-from weaseldb.core.store import BlobStore, NotFound
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.errors import Conflict, NotFound
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 POLICY = "shared"
@@ -34,9 +34,9 @@ def _manifest(version: int) -> manifest.Manifest:
     """A published snapshot at `version` as GC sees it (GC reads manifests, not files)."""
     return manifest.Manifest(
         format=manifest.FORMAT_VERSION,
-        version=version,
-        batch=NUMBER_TOP - version,
-        term=NUMBER_TOP,
+        version=Version(version),
+        batch=BatchNumber(NUMBER_TOP - version),
+        term=Term(NUMBER_TOP),
         created_at="2026-01-01T00:00:00.000000Z",
         location=f"snapshots/{version:020d}/run/",
         files=[],
@@ -235,7 +235,10 @@ def test_a_put_that_gc_overtakes_while_it_writes_is_409(tmp_path: Path) -> None:
             await _publish(store, 50)
 
             async def gc_now() -> None:  # as GC that read the policies before this PUT
-                await logstart.write(store, logstart.LogStart(NUMBER_TOP - 50, NUMBER_TOP, 50))
+                await logstart.write(
+                    store,
+                    logstart.LogStart(BatchNumber(NUMBER_TOP - 50), Term(NUMBER_TOP), Version(50)),
+                )
 
             policies = RetentionPolicies(_GcAfterWrite(store, gc_now))
             with pytest.raises(BelowLogStart) as refused:

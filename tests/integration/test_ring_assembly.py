@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.cluster import ServiceSet, free_port_block, metric
 from tests.support.waiting import http_ok, wait_for
+from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
 
@@ -29,21 +30,21 @@ def test_a_sequencer_up_long_before_the_resolver_is_not_taken_for_a_restart(
         services = ServiceSet(f"dir:{data}", free_port_block(), run)
         services.write_config()
         try:
-            services.start_stage("persister")
-            services.start_stage("sequencer")
-            sequencer = services.stage_url("sequencer")
+            services.start_stage(Stage.PERSISTER)
+            services.start_stage(Stage.SEQUENCER)
+            sequencer = services.stage_url(Stage.SEQUENCER)
             wait_for(lambda: http_ok(f"{sequencer}/healthz"), 30, "sequencer")  # noqa: B023
             time.sleep(1.0)
-            services.start_stage("resolver")
-            services.start_stage("gateway")
+            services.start_stage(Stage.RESOLVER)
+            services.start_stage(Stage.GATEWAY)
             services.wait_ready(60)
             answer = httpx.post(
                 f"{services.url}/v1/commit",
                 json={"operations": [{"type": "write", "key": "aw==", "value": "dg=="}]},
             ).json()
             assert answer["status"] == "committed"
-            persister = services.stage_url("persister")
-            for stage in ("sequencer", "resolver"):
+            persister = services.stage_url(Stage.PERSISTER)
+            for stage in (Stage.SEQUENCER, Stage.RESOLVER):
                 resets = metric(persister, "weaseldb_ring_resets_total", f'{{stage="{stage}"}}')
                 assert resets == 0, f"the {stage}'s first Hello was taken for a restart"
         finally:

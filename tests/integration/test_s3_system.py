@@ -18,6 +18,7 @@ from tests.support.tcpproxy import DelayProxy
 from tests.support.waiting import wait_for
 from weaseldb.core import batchfile, history
 from weaseldb.core.recovery import read_batch
+from weaseldb.core.types import Stage
 from weaseldb.core.validity import valid_flags
 from weaseldb.runtime.stores import open_store
 
@@ -149,7 +150,7 @@ def test_sigkill_persister_with_many_batches_in_flight(minio: MinioServer, run_d
             what="commits acknowledged and 10 batches in flight",
         )
         acknowledged_before = len(load.acknowledged)
-        os.kill(cluster.service_pid("persister"), signal.SIGKILL)
+        os.kill(cluster.service_pid(Stage.PERSISTER), signal.SIGKILL)
         assert cluster.process is not None
         assert cluster.process.wait(30) != 0
         load.stop()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from weaseldb_operator import compaction
 from weaseldb_operator.conditions import Reason
 from weaseldb_operator.spec import Compaction, SpecError, database_from
 
+REPO = Path(__file__).resolve().parents[2]
 UTC = datetime.UTC
 CREATED = datetime.datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
 
@@ -165,3 +168,13 @@ def test_spark_back_after_an_outage_reports_the_newest_finished_run() -> None:
     )
     assert found is not None
     assert (found.status, found.reason) == ("True", Reason.COMPACTION_SUCCEEDED)
+
+
+def test_the_crd_allows_exactly_the_outcomes_the_operator_writes() -> None:
+    crd = yaml.safe_load((REPO / "charts/weaseldb/crds/weaseldb.io_weaseldbs.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    outcome = status["properties"]["lastCompaction"]["properties"]["outcome"]
+    assert set(outcome["enum"]) == set(compaction.RunOutcome)
+    states = {None: "Running", "COMPLETED": "Succeeded", "FAILED": "Failed"}
+    for state, written in states.items():
+        assert compaction.last_compaction(app("x", state), None)["outcome"] == written

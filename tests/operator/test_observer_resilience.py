@@ -19,6 +19,7 @@ from tests.operator.helpers import eventually, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from weaseldb.core import layout
+from weaseldb.core.types import Term
 from weaseldb.runtime.stores import open_store
 
 
@@ -110,7 +111,7 @@ def test_an_unreadable_claim_is_reported_and_observation_goes_on(
     bucket = minio.new_bucket()
     prefix = f"db-{uuid.uuid4().hex[:6]}"
     url = minio.store_url(bucket, prefix)
-    key = layout.term_key(2**64 - 1)
+    key = layout.term_key(Term(2**64 - 1))
 
     async def write_garbage() -> None:
         store = open_store(url)

@@ -14,6 +14,7 @@ from aiohttp import web
 from weaseldb_operator.observer import PROBE_TIMEOUT, persister_role
 
 from weaseldb.core.channels import Role
+from weaseldb.core.types import Stage
 from weaseldb.runtime.service import Health, HttpServer, listening_socket, stage_app
 
 
@@ -26,7 +27,7 @@ def pod_at(port: int) -> dict[str, Any]:
 async def role_seen(health: Health) -> tuple[Role | None, int]:
     """The role the operator reads from a persister reporting `health`, and the status.
     The socket listens before uvicorn starts, so a request waits for it, not fails."""
-    server = HttpServer(stage_app("persister", health), listening_socket("127.0.0.1", 0))
+    server = HttpServer(stage_app(Stage.PERSISTER, health), listening_socket("127.0.0.1", 0))
     serving = asyncio.create_task(server.serve())
     try:
         async with aiohttp.ClientSession(timeout=PROBE_TIMEOUT) as http:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from weaseldb.core import batchfile, layout
 from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb_compaction import fetch
 from weaseldb_compaction.newest import newest_per_key
@@ -59,8 +59,15 @@ def test_newest_per_key_of_nothing_is_nothing() -> None:
 def test_the_fetch_keeps_one_row_per_key_of_a_batch_and_the_survey_every_range_delete() -> None:
     hot: list[Operation] = [Write(b"hot", b"%d" % i) for i in range(50)]
     transactions = [
-        Transaction(1, "a", 0, [*hot[:25], RangeDelete(b"a", b"z"), Delete(b"cold")]),
-        Transaction(2, "b", 0, [*hot[25:], Write(b"cold", b"again"), RangeDelete(b"h", b"i")]),
+        Transaction(
+            Version(1), RequestId("a"), 0, [*hot[:25], RangeDelete(b"a", b"z"), Delete(b"cold")]
+        ),
+        Transaction(
+            Version(2),
+            RequestId("b"),
+            0,
+            [*hot[25:], Write(b"cold", b"again"), RangeDelete(b"h", b"i")],
+        ),
     ]
     url = write_batches([(5, transactions)])
 
@@ -83,7 +90,17 @@ def test_the_fetch_keeps_batches_apart_and_leaves_void_ones_out() -> None:
     batch may turn out void (validity is decided after the survey)."""
     url = write_batches(
         [
-            (seq, [Transaction(seq, "r", 0, [Write(b"k", b"old"), Write(b"k", b"v%d" % seq)])])
+            (
+                seq,
+                [
+                    Transaction(
+                        Version(seq),
+                        RequestId("r"),
+                        0,
+                        [Write(b"k", b"old"), Write(b"k", b"v%d" % seq)],
+                    )
+                ],
+            )
             for seq in (1, 2, 3)
         ]
     )
@@ -122,8 +139,16 @@ def write_batches(batches: list[tuple[int, list[Transaction]]]) -> str:
     store = DirectoryStore(root)
     for seq, transactions in batches:
         version = transactions[-1].version
-        batch = Batch(1, NUMBER_TOP - seq, NUMBER_TOP, "x", transactions[0].version, version, 0,
-                      transactions=transactions)  # fmt: skip
+        batch = Batch(
+            1,
+            BatchNumber(NUMBER_TOP - seq),
+            Term(NUMBER_TOP),
+            "x",
+            transactions[0].version,
+            version,
+            0,
+            transactions=transactions,
+        )
         path = store._path(layout.batch_key(batch.batch))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(batchfile.encode(batch))

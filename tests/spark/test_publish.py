@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 
 from tests.support.logs import BatchSpec, build_log, write_log_at
 from weaseldb.core import batchfile, gc, history, layout, manifest
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import RangeDelete, Write
 from weaseldb.core.store import list_all
-from weaseldb.core.types import CorruptObject
 from weaseldb.runtime.stores import open_store
 from weaseldb_compaction import fetch, job
 

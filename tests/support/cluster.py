@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.waiting import http_ok, wait_for
+from weaseldb.core.types import Stage
 
 #: Where test sets listen: below Linux's ephemeral range (32768-60999 by default), so an
 #: outgoing connection (a client, kubectl, the kind tier's port-forwards) can never take
@@ -144,7 +145,7 @@ class ProcessSet:
         )
         return [int(p) for p in out.stdout.split()]
 
-    def service_pid(self, name: str) -> int:
+    def service_pid(self, name: Stage) -> int:
         for pid in self.pids():
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if name.encode() in cmdline:
@@ -173,9 +174,10 @@ class ServiceSet:
     port: int
     run_dir: Path
     settings: str = ""  # extra TOML
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    processes: dict[Stage, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    STAGES = ("persister", "resolver", "sequencer", "gateway")
+    #: Start order: downstream first, so each stage finds the one it sends to.
+    STAGES = (Stage.PERSISTER, Stage.RESOLVER, Stage.SEQUENCER, Stage.GATEWAY)
 
     @property
     def url(self) -> str:
@@ -185,11 +187,11 @@ class ServiceSet:
     def config_path(self) -> Path:
         return self.run_dir / "services.toml"
 
-    def stage_url(self, stage: str) -> str:
-        return f"http://127.0.0.1:{self.port + _PORT_ORDER.index(stage)}"
+    def stage_url(self, stage: Stage) -> str:
+        return f"http://127.0.0.1:{self.port + list(Stage).index(stage)}"
 
     def write_config(self) -> None:
-        ports = "\n".join(f"{s} = {self.port + i}" for i, s in enumerate(_PORT_ORDER))
+        ports = "\n".join(f"{s} = {self.port + i}" for i, s in enumerate(Stage))
         self.config_path.write_text(
             f'store = "{self.store}"\nrun_dir = "{self.run_dir}"\n{self.settings}\n'
             f"[ports]\n{ports}\n"
@@ -202,7 +204,7 @@ class ServiceSet:
         self.wait_ready(timeout)
         return self
 
-    def start_stage(self, stage: str) -> None:
+    def start_stage(self, stage: Stage) -> None:
         started_logs.append(self.run_dir / f"{stage}.log")
         log = open(self.run_dir / f"{stage}.log", "ab")  # noqa: SIM115 - closed with it
         self.processes[stage] = subprocess.Popen(
@@ -220,7 +222,7 @@ class ServiceSet:
             start_new_session=True,
         )
 
-    def kill_stage(self, stage: str) -> None:
+    def kill_stage(self, stage: Stage) -> None:
         process = self.processes[stage]
         _kill(process.pid)
         process.wait(10)
@@ -235,15 +237,14 @@ class ServiceSet:
         try:
             wait_for(ready, timeout, "readiness")
         except AssertionError:
-            raise TimeoutError(f"not ready after {timeout}s:\n{self.log('persister')}") from None
+            raise TimeoutError(
+                f"not ready after {timeout}s:\n{self.log(Stage.PERSISTER)}"
+            ) from None
 
-    def log(self, stage: str) -> str:
+    def log(self, stage: Stage) -> str:
         path = self.run_dir / f"{stage}.log"
         return path.read_text(errors="replace")[-5000:] if path.exists() else ""
 
     def kill(self) -> None:
         for stage in list(self.processes):
             self.kill_stage(stage)
-
-
-_PORT_ORDER = ("gateway", "sequencer", "resolver", "persister")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from weaseldb.core.store import TransientError
+from weaseldb.core.errors import TransientError
 from weaseldb.runtime.stores.memory import MemoryStore
 
 Hook = Callable[[str, str], Awaitable[None]]  # (operation, key) -> may raise or sleep

@@ -11,7 +11,7 @@ from weaseldb.core import batchfile, layout
 from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.core.validity import ValidityWalk
 from weaseldb.runtime.stores import open_store
 
@@ -36,22 +36,26 @@ def build_log(specs: Sequence[BatchSpec], *, first_number: int = NUMBER_TOP) -> 
         term = NUMBER_TOP - spec.term
         base = last_version
         txs = [
-            Transaction(version=base + j + 1, request_id=f"r-{i}-{j}", timestamp_ms=0,
-                        operations=list(ops))
+            Transaction(
+                version=Version(base + j + 1),
+                request_id=RequestId(f"r-{i}-{j}"),
+                timestamp_ms=0,
+                operations=list(ops),
+            )
             for j, ops in enumerate(spec.transactions)
-        ]  # fmt: skip
+        ]
         batch = Batch(
             format=batchfile.FORMAT_VERSION,
-            batch=first_number - i,
-            term=term,
+            batch=BatchNumber(first_number - i),
+            term=Term(term),
             leader_id=f"leader-{spec.term}",
-            first_version=base + 1,
-            last_version=base + len(txs),
+            first_version=Version(base + 1),
+            last_version=Version(base + len(txs)),
             created_at_ms=0,
             transactions=txs,
         )
         batches.append(batch)
-        if walk.admit(term):  # valid: the log goes on from here
+        if walk.admit(Term(term)):  # valid: the log goes on from here
             last_version = batch.last_version
     return batches
 

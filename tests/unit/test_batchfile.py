@@ -2,22 +2,25 @@ import pytest
 
 from weaseldb.core import batchfile
 from weaseldb.core.batchfile import Batch, BatchKind, Transaction
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import Delete, RangeDelete, Write
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.types import BatchNumber, RequestId, Term, Version
 
 
 def _batch() -> Batch:
     return Batch(
         format=batchfile.FORMAT_VERSION,
-        batch=2**64 - 5,
-        term=2**64 - 2,
+        batch=BatchNumber(2**64 - 5),
+        term=Term(2**64 - 2),
         leader_id="node-a",
-        first_version=10,
-        last_version=11,
+        first_version=Version(10),
+        last_version=Version(11),
         created_at_ms=1_700_000_000_000,
         transactions=[
-            Transaction(10, "r" * 20, 1, [Write(b"\x00k", b"\xffv"), Delete(b"")]),
-            Transaction(11, "s" * 20, 2, [RangeDelete(b"a", b"b")]),
+            Transaction(
+                Version(10), RequestId("r" * 20), 1, [Write(b"\x00k", b"\xffv"), Delete(b"")]
+            ),
+            Transaction(Version(11), RequestId("s" * 20), 2, [RangeDelete(b"a", b"b")]),
         ],
     )
 
@@ -29,7 +32,12 @@ def test_round_trip_keeps_every_field() -> None:
 
 def test_empty_opening_batch_round_trips() -> None:
     opening = batchfile.empty_batch(
-        number=7, term=3, leader_id="x", last_version=41, now_ms=5, kind=BatchKind.OPENING
+        number=BatchNumber(7),
+        term=Term(3),
+        leader_id="x",
+        last_version=Version(41),
+        now_ms=5,
+        kind=BatchKind.OPENING,
     )
     decoded = batchfile.decode(batchfile.encode(opening))
     assert decoded.is_empty and decoded.first_version == 42 and decoded.last_version == 41

@@ -11,7 +11,9 @@ import pytest
 
 from tests.support.minio import MinioServer
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
+from weaseldb.core.errors import AlreadyExists, NotFound
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber, Term
 from weaseldb.runtime.stores import open_store
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.memory import MemoryStore
@@ -54,13 +56,13 @@ def test_list_is_ascending_newest_batch_first_with_limit_and_start_after(store: 
 
     async def scenario() -> None:
         for n in numbers:
-            await store.put_if_absent(layout.batch_key(n), b"x")
-        await store.put_if_absent(layout.term_key(7), b"t")
+            await store.put_if_absent(layout.batch_key(BatchNumber(n)), b"x")
+        await store.put_if_absent(layout.term_key(Term(7)), b"t")
         listed = await store.list(layout.BATCHES)
-        assert listed == [layout.batch_key(n) for n in sorted(numbers)]
+        assert listed == [layout.batch_key(BatchNumber(n)) for n in sorted(numbers)]
         assert await store.list(layout.BATCHES, limit=2) == listed[:2]
         assert await store.list(layout.BATCHES, start_after=listed[1]) == listed[2:]
-        assert await store.list(layout.TERMS) == [layout.term_key(7)]
+        assert await store.list(layout.TERMS) == [layout.term_key(Term(7))]
         assert await store.list("nothing/") == []
 
     run(scenario())
@@ -99,11 +101,11 @@ def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path)
 
     async def scenario() -> None:
         for n in numbers:
-            await store.put_if_absent(layout.batch_key(n), b"")
+            await store.put_if_absent(layout.batch_key(BatchNumber(n)), b"")
         listed = await store.list(layout.BATCHES, limit=1000)
-        assert listed == [layout.batch_key(n) for n in sorted(numbers)[:1000]]
+        assert listed == [layout.batch_key(BatchNumber(n)) for n in sorted(numbers)[:1000]]
         after = await store.list(layout.BATCHES, start_after=listed[-1], limit=1000)
-        assert after == [layout.batch_key(n) for n in sorted(numbers)[1000:]]
+        assert after == [layout.batch_key(BatchNumber(n)) for n in sorted(numbers)[1000:]]
 
     run(scenario())
     (top_dir,) = list((tmp_path / "batches").iterdir())

@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
-from services.gateway.subscriptions import CLOSED_GAP, Hub
+from services.gateway.subscriptions import CloseReason, Hub
 from services.persister import engine as engine_module
 from services.persister.outboxes import WorkerQueues
 from services.resolver.app import AcceptedPublisher
@@ -27,7 +27,7 @@ from weaseldb.core.protocol import (
     Write,
     decode_replies,
 )
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Stage, Term, Version
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.stores.memory import MemoryStore
 
@@ -59,7 +59,7 @@ def test_answers_waiting_behind_a_stuck_batch_stop_the_input(
     inner = MemoryStore()
 
     async def hold(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(NUMBER_TOP - 1000):
+        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(NUMBER_TOP - 1000)):
             await asyncio.Event().wait()
 
     async def scenario() -> tuple[int, bool]:
@@ -68,8 +68,10 @@ def test_answers_waiting_behind_a_stuck_batch_stop_the_input(
         harness.engine.submit([accepted(1)])  # the stuck batch
         await asyncio.sleep(0.01)
         for version in range(2, 40):
-            rejected = CommitEntry(0, version, f"r-{version:020d}", [], [Write(b"k", b"v")])
-            rejected.state, rejected.version = CommitState.REJECTED, version
+            rejected = CommitEntry(
+                0, version, RequestId(f"r-{version:020d}"), [], [Write(b"k", b"v")]
+            )
+            rejected.state, rejected.version = CommitState.REJECTED, Version(version)
             harness.engine.submit([rejected])
             try:
                 await asyncio.wait_for(harness.engine.wait_for_capacity(), 0.05)
@@ -86,12 +88,16 @@ def test_the_resolvers_accepted_backlog_is_dropped_and_the_gap_closes_streams() 
         blocked = RecordingOutbox(blocked=True)
         publisher = AcceptedPublisher([as_outbox(blocked)], limit_bytes=4096)
         sender = asyncio.create_task(publisher.run())
-        publisher.collect([TermStart(9, "L", 1, 0), Interest(0, accepted=1)], 0)
+        publisher.collect(
+            [TermStart(Term(9), "L", Version(1), Version(0)), Interest(0, accepted=1)], Version(0)
+        )
         peak = 0
         for version in range(1, 500):
-            entry = CommitEntry(0, 0, f"req-{version:020d}", [], [Write(b"k", b"v" * 50)])
-            entry.state, entry.version = CommitState.ACCEPTED, version
-            publisher.collect([entry], version)
+            entry = CommitEntry(
+                0, 0, RequestId(f"req-{version:020d}"), [], [Write(b"k", b"v" * 50)]
+            )
+            entry.state, entry.version = CommitState.ACCEPTED, Version(version)
+            publisher.collect([entry], Version(version))
             peak = max(peak, publisher.backlog_bytes)
             await asyncio.sleep(0)
         blocked.gate.set()
@@ -111,7 +117,7 @@ def test_the_resolvers_accepted_backlog_is_dropped_and_the_gap_closes_streams() 
         for message in decode_replies(frame):
             assert isinstance(message, AcceptedEvents)
             hub.on_accepted(message)
-    assert live.closed == CLOSED_GAP  # it would have skipped transactions
+    assert live.closed == CloseReason.EVENTS_DROPPED  # it would have skipped transactions
 
 
 def test_one_blocked_gateway_worker_holds_back_only_its_own_frames_in_order() -> None:
@@ -156,11 +162,13 @@ def test_the_gateway_sheds_instead_of_queueing_without_bound() -> None:
             max_waiting=3,
         )
         client.leadership.leading = True
-        entries: list[RingEntry] = [StatusEntry(0, t, f"id-{t:020d}") for t in range(1, 4)]
+        entries: list[RingEntry] = [
+            StatusEntry(0, t, RequestId(f"id-{t:020d}")) for t in range(1, 4)
+        ]
         for ticket, entry in enumerate(entries, start=1):
             client.submit(entry, ticket)
         with pytest.raises(PipelineUnavailable) as refused:
-            client.submit(StatusEntry(0, 4, "id-4" * 5), 4)
+            client.submit(StatusEntry(0, 4, RequestId("id-4" * 5)), 4)
         assert client.waiting == 3
         return refused.value
 
@@ -175,13 +183,15 @@ def test_accepted_events_go_only_to_workers_that_asked() -> None:
         sender = asyncio.create_task(publisher.run())
 
         def commit(version: int) -> CommitEntry:
-            entry = CommitEntry(0, 0, f"req-{version:020d}", [], [Write(b"k", b"v")])
-            entry.state, entry.version = CommitState.ACCEPTED, version
+            entry = CommitEntry(0, 0, RequestId(f"req-{version:020d}"), [], [Write(b"k", b"v")])
+            entry.state, entry.version = CommitState.ACCEPTED, Version(version)
             return entry
 
-        publisher.collect([TermStart(9, "L", 1, 0), commit(1)], 1)
-        publisher.collect([commit(2), Interest(1, accepted=7), commit(3)], 3)
-        publisher.collect([commit(4), Hello("gateway", 1), commit(5)], 5)  # it restarted
+        publisher.collect([TermStart(Term(9), "L", Version(1), Version(0)), commit(1)], Version(1))
+        publisher.collect([commit(2), Interest(1, accepted=7), commit(3)], Version(3))
+        publisher.collect(
+            [commit(4), Hello(Stage.GATEWAY, 1), commit(5)], Version(5)
+        )  # it restarted
         await asyncio.sleep(0.01)
         sender.cancel()
         decoded = [

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists
+from weaseldb.core.errors import AlreadyExists
+from weaseldb.core.types import BatchNumber
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 
@@ -39,7 +40,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncSpy]:
 
 def test_every_new_directory_and_its_parent_is_fsynced(tmp_path: Path, spy: FsyncSpy) -> None:
     store = DirectoryStore(tmp_path / "db")
-    key = layout.batch_key(2**64 - 1)
+    key = layout.batch_key(BatchNumber(2**64 - 1))
     asyncio.run(store.put_if_absent(key, b"batch"))
     asyncio.run(store.close())
 
@@ -101,7 +102,7 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
     O_TMPFILE, as here) and from a named temporary file (elsewhere). Either way the data
     is fsynced before the link and the directory after it, a second write of the key is
     refused, and nothing else is left in the directory."""
-    from weaseldb.core.store import AlreadyExists
+    from weaseldb.core.errors import AlreadyExists
     from weaseldb.runtime.stores import directory
 
     if unnamed:
@@ -110,15 +111,15 @@ def test_create_only_writes_are_fsynced_whole_before_their_name_appears(
         monkeypatch.setattr(directory, "_link_unnamed", None)
     store = DirectoryStore(tmp_path / "db")
     assert store._unnamed_files is unnamed
-    key = layout.batch_key(7)
+    key = layout.batch_key(BatchNumber(7))
     asyncio.run(store.put_if_absent(key, b"first"))
     spy.paths.clear()
     with pytest.raises(AlreadyExists):
         asyncio.run(store.put_if_absent(key, b"second"))
     assert asyncio.run(store.get(key)) == b"first"
-    asyncio.run(store.put_if_absent(layout.batch_key(8), b"next"))
+    asyncio.run(store.put_if_absent(layout.batch_key(BatchNumber(8)), b"next"))
     asyncio.run(store.close())
-    batch = store._path(layout.batch_key(8))
+    batch = store._path(layout.batch_key(BatchNumber(8)))
     assert spy.paths[-1] == batch.parent, "the directory is fsynced after the link"
     assert spy.paths[-2] != batch.parent, "the data is fsynced before it"
     assert sorted(p.name for p in batch.parent.iterdir()) == [
@@ -140,15 +141,15 @@ def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_pat
         if not store._unnamed_files:
             pytest.skip("this file system has no O_TMPFILE")
         before = open_fds()
-        await store.put_if_absent(layout.batch_key(1), b"first")
+        await store.put_if_absent(layout.batch_key(BatchNumber(1)), b"first")
         for _ in range(200):  # made in a pool thread
             if len(store._spare_files) == directory.SPARE_FILES:
                 break
             await asyncio.sleep(0.01)
         spares = len(store._spare_files)
         ready = {os.fstat(fd).st_ino for fd in store._spare_files}
-        await store.put_if_absent(layout.batch_key(2), b"second")
-        used = int(store._path(layout.batch_key(2)).stat().st_ino in ready)
+        await store.put_if_absent(layout.batch_key(BatchNumber(2)), b"second")
+        used = int(store._path(layout.batch_key(BatchNumber(2))).stat().st_ino in ready)
         await store.close()
         return spares, used, open_fds() - before
 
@@ -156,7 +157,10 @@ def test_writes_take_unnamed_files_made_ahead_and_close_leaves_none_open(tmp_pat
     assert spares == directory.SPARE_FILES
     assert used == 1, "the second write did not take a file made ahead"
     assert leaked == 0
-    assert asyncio.run(DirectoryStore(tmp_path / "db").get(layout.batch_key(2))) == b"second"
+    assert (
+        asyncio.run(DirectoryStore(tmp_path / "db").get(layout.batch_key(BatchNumber(2))))
+        == b"second"
+    )
 
 
 class ThreadSpy:
@@ -182,12 +186,14 @@ def test_a_lone_write_runs_on_the_loop_and_writes_asked_together_overlap(
     async def scenario() -> tuple[set[int], set[int], int]:
         store = DirectoryStore(tmp_path / "db")
         loop_thread = threading.get_ident()
-        await store.put_if_absent(layout.batch_key(2**64 - 2), b"warm")  # makes directories
+        await store.put_if_absent(
+            layout.batch_key(BatchNumber(2**64 - 2)), b"warm"
+        )  # makes directories
         spy.threads.clear()
-        await store.put_if_absent(layout.batch_key(2**64 - 3), b"alone")
+        await store.put_if_absent(layout.batch_key(BatchNumber(2**64 - 3)), b"alone")
         alone = set(spy.threads)
         spy.threads.clear()
-        keys = [layout.batch_key(2**64 - 10 - n) for n in range(16)]
+        keys = [layout.batch_key(BatchNumber(2**64 - 10 - n)) for n in range(16)]
         await asyncio.gather(*(store.put_if_absent(k, b"fence") for k in keys))
         together = set(spy.threads)
         await store.close()
@@ -201,8 +207,8 @@ def test_a_lone_write_runs_on_the_loop_and_writes_asked_together_overlap(
 _NUMBER_TOP = 2**64 - 1
 _names = st.sampled_from(["a", "a-b", "a.b", "a0", "ab", "b", "0", "00000000000000000001"])
 _keys = st.one_of(
-    st.integers(0, 3000).map(lambda i: layout.batch_key(_NUMBER_TOP - i)),
-    st.integers(0, 3000).map(lambda i: layout.batch_key(5_000_000 + i * 997)),
+    st.integers(0, 3000).map(lambda i: layout.batch_key(BatchNumber(_NUMBER_TOP - i))),
+    st.integers(0, 3000).map(lambda i: layout.batch_key(BatchNumber(5_000_000 + i * 997))),
     st.lists(_names, min_size=1, max_size=3).map(lambda parts: "x/" + "/".join(parts)),
 )
 

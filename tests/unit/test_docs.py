@@ -19,6 +19,7 @@ from services.persister import app as persister_app
 from services.persister import assembly, engine, fullness, leader
 from services.resolver import app as resolver_app
 from weaseldb.core import config, gc, idring, layout, recovery, requestids, sizing, types
+from weaseldb.core.types import Stage
 from weaseldb.runtime import stalls
 from weaseldb.runtime.ring import Endpoints
 from weaseldb.runtime.stores import directory
@@ -245,6 +246,10 @@ def test_idempotency_numbers() -> None:
     )
     fan_in, levels = requestids.MERGE_FAN_IN, requestids.MAX_MERGE_LEVEL
     words = {4: "four", 8: "Eight"}
+
+    def limit(stage: Stage) -> int:
+        return sizing.memory_limit_mib(stage, two_workers)
+
     stated(
         doc,
         f"{words[fan_in]} adjacent segments of a level are merged into one of the next, up to "
@@ -255,9 +260,8 @@ def test_idempotency_numbers() -> None:
         f"a mark every {idring.MARK_EVERY_MS} ms",
         f"a {mib(sizing.BASE_BYTES)} base",
         f"x {sizing.MARGIN:g}",
-        f"the sequencer needs {sizing.memory_limit_mib('sequencer', two_workers):,} MiB and the "
-        f"persister {sizing.memory_limit_mib('persister', two_workers):,} MiB (two gateway "
-        "workers)",
+        f"the sequencer needs {limit(Stage.SEQUENCER):,} MiB and the "
+        f"persister {limit(Stage.PERSISTER):,} MiB (two gateway workers)",
     )
 
 
@@ -345,7 +349,7 @@ def test_readme_numbers() -> None:
     ids = config.Config().idempotency
     minutes = ids.request_id_window_s / 60
     assert gc.DEFAULT_GRACE_S == 3600
-    names = [f"{stage} {'on port N' if i == 0 else f'N+{i}'}" for i, stage in enumerate(cli.STAGES)]
+    names = [f"{stage} {'on port N' if i == 0 else f'N+{i}'}" for i, stage in enumerate(Stage)]
     stated(
         "README.md",
         f"at least the last {ids.request_id_memory:,} ids and {minutes:g} minutes",

@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.fold import RangeCut, RangeFragments, reference_fold
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.types import RequestId, Version
 
 KEYS = st.binary(min_size=0, max_size=2).map(lambda b: b"k" + b)
 
 
 def tx(version: int, *ops: Operation) -> Transaction:
-    return Transaction(version, f"r{version}", 0, list(ops))
+    return Transaction(Version(version), RequestId(f"r{version}"), 0, list(ops))
 
 
 @pytest.mark.parametrize(

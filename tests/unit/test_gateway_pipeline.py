@@ -9,6 +9,7 @@ import pytest
 
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
 from weaseldb.core.protocol import CommitEntry, Progress, TermJoined, TermStart
+from weaseldb.core.types import RequestId, Term, Version
 from weaseldb.runtime.ring import Ring
 from weaseldb.runtime.versioncell import VersionCell
 
@@ -19,7 +20,7 @@ def commit(ticket: int) -> CommitEntry:
     return CommitEntry(
         origin=0,
         ticket=ticket,
-        request_id=f"request-{ticket:012d}",
+        request_id=RequestId(f"request-{ticket:012d}"),
         preconditions=[],
         operations=[],
     )
@@ -34,7 +35,7 @@ def leading_client(ring: Ring, tmp_path: Path) -> PipelineClient:
         VersionCell(tmp_path / "cell"),
         timeout_s=60,
     )
-    client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))
+    client._dispatch(TermStart(Term(TERM), "leader", Version(1), Version(0), "window"))
     return client
 
 
@@ -50,9 +51,11 @@ def test_a_term_announced_twice_does_not_give_up_on_commits_sent_between_the_cop
         try:
             client = leading_client(ring, tmp_path)
             between = client.submit(commit(1), client.new_ticket())
-            client._dispatch(TermStart(TERM, "leader", 1, 0, "window"))  # the Hello's answer
+            client._dispatch(
+                TermStart(Term(TERM), "leader", Version(1), Version(0), "window")
+            )  # the Hello's answer
             after = client.submit(commit(2), client.new_ticket())
-            client._dispatch(TermJoined(TERM))  # the first copy came back
+            client._dispatch(TermJoined(Term(TERM)))  # the first copy came back
             return between.done(), after.done()
         finally:
             ring.close()
@@ -74,7 +77,7 @@ def test_a_full_store_answers_what_waits_and_refuses_the_rest_until_it_clears(
         try:
             client = leading_client(ring, tmp_path)
             waiting = client.submit(commit(1), client.new_ticket())
-            client._dispatch(Progress(0, "leader", TERM, True))
+            client._dispatch(Progress(Version(0), "leader", Term(TERM), True))
             with pytest.raises(PipelineUnavailable) as answered:
                 await waiting
             assert answered.value.unknown and answered.value.code == "store_full"
@@ -82,7 +85,7 @@ def test_a_full_store_answers_what_waits_and_refuses_the_rest_until_it_clears(
                 client.submit(commit(2), client.new_ticket())
             assert not refused.value.unknown and refused.value.code == "store_full"
             assert client.leadership.leading  # /v1/version still answers
-            client._dispatch(Progress(0, "leader", TERM, False))
+            client._dispatch(Progress(Version(0), "leader", Term(TERM), False))
             assert not client.submit(commit(3), client.new_ticket()).done()
         finally:
             ring.close()

@@ -23,7 +23,7 @@ from weaseldb.core.config import IdempotencyConfig, PersisterConfig
 from weaseldb.core.manifest import Manifest, SourceBatches
 from weaseldb.core.protocol import Write
 from weaseldb.core.requestids import id_hash, make_entries
-from weaseldb.core.types import NUMBER_TOP, Outcome
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Outcome, Term, Version
 from weaseldb.core.validity import valid_flags
 from weaseldb.runtime.heartbeat import RunHeartbeat
 from weaseldb.runtime.stores import open_store
@@ -54,7 +54,7 @@ def valid(batches: Sequence[Batch]) -> list[Batch]:
     return [b for b, ok in zip(batches, flags, strict=True) if ok]
 
 
-def manifest_at(batch: Batch, previous: int | None = None) -> Manifest:
+def manifest_at(batch: Batch, previous: Version | None = None) -> Manifest:
     return manifest.decode(
         manifest.encode(
             Manifest(
@@ -67,7 +67,9 @@ def manifest_at(batch: Batch, previous: int | None = None) -> Manifest:
                 files=[],
                 keys=0,
                 bytes=0,
-                source_batches=SourceBatches(NUMBER_TOP, batch.batch, NUMBER_TOP - batch.batch + 1),
+                source_batches=SourceBatches(
+                    BatchNumber(NUMBER_TOP), batch.batch, NUMBER_TOP - batch.batch + 1
+                ),
                 previous=previous,
             )
         )
@@ -191,7 +193,7 @@ def test_crash_between_deletes_leaves_the_log_readable_and_recovery_correct() ->
     left = {layout.number_of(k) for k in batch_keys(store)}
     assert batches[0].batch in left and batches[1500].batch not in left  # half done
     assert versions(store) == [v for v in expected if v > cut_version]
-    found = run(recovery.recover(store, prior_term=NUMBER_TOP - 7))  # forces the read-back
+    found = run(recovery.recover(store, prior_term=Term(NUMBER_TOP - 7)))  # forces the read-back
     assert found.last_version == expected[-1]
 
     result = run(gc.collect(store))  # a rerun finishes the job
@@ -210,7 +212,7 @@ def test_recovery_read_back_seeds_at_the_marker() -> None:
     store = run(setup(batches, 150))
     run(gc.collect(store))
     assert run(logstart.newest(store)) is not None
-    found = run(recovery.recover(store, prior_term=NUMBER_TOP - 7))
+    found = run(recovery.recover(store, prior_term=Term(NUMBER_TOP - 7)))
     assert (found.last_version, found.newest_term) == (batches[150].last_version, NUMBER_TOP - 1)
 
 
@@ -218,7 +220,9 @@ def segment_of(
     batches: Sequence[Batch], ts_ms: int = 0, promise: requestids.Promise | None = None
 ) -> tuple[str, bytes]:
     """A real index segment over `batches` (oldest first), every id stamped `ts_ms`."""
-    rows = [(id_hash(t.request_id), t.version, ts_ms) for b in batches for t in b.transactions]
+    rows: list[tuple[int, int, int]] = [
+        (id_hash(t.request_id), t.version, ts_ms) for b in batches for t in b.transactions
+    ]
     rows += [(id_hash(r), requestids.BANNED, ts_ms) for b in batches for r in b.banned]
     key = layout.request_index_key(batches[-1].batch, batches[0].batch)
     return key, requestids.encode_segment(
@@ -253,7 +257,7 @@ def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
     store = run(setup(batches, 100, 300))
     run(gc.collect(store))  # cut at 300: snapshot 100 goes (manifest and files)
     assert run(manifest.manifest_versions(store)) == [batches[300].last_version]
-    assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(101))]
+    assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(Version(101)))]
 
     # A window of one id: a new term reads only the newest group of four segments.
     tiny = requestids.Promise(1, 0, 1)
@@ -262,12 +266,20 @@ def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
         key, blob = segment_of(batches[i : i + 100], promise=tiny)
         run(store.put_if_absent(key, blob))
         segments.append(key)
-    abandoned = gc.run_location(1401, "dead")
-    live = gc.run_location(1402, "live")
+    abandoned = gc.run_location(Version(1401), "dead")
+    live = gc.run_location(Version(1402), "live")
     run(store.put_if_absent(abandoned + "part-0.parquet", b"x"))
-    run(store.put_if_absent(gc.run_started_key(1401, "dead"), _started("dead", 1401, 1000.0)))
+    run(
+        store.put_if_absent(
+            gc.run_started_key(Version(1401), "dead"), _started("dead", 1401, 1000.0)
+        )
+    )
     run(store.put_if_absent(live + "part-0.parquet", b"x"))
-    run(store.put_if_absent(gc.run_started_key(1402, "live"), _started("live", 1402, 5000.0)))
+    run(
+        store.put_if_absent(
+            gc.run_started_key(Version(1402), "live"), _started("live", 1402, 5000.0)
+        )
+    )
     run(publish(store, manifest_at(batches[450])))
 
     result = run(gc.collect(store, now=5100.0, grace_s=3600.0))
@@ -276,7 +288,7 @@ def test_old_snapshots_index_segments_markers_and_abandoned_runs() -> None:
     # 0..99 is wholly deleted; 400..499 spans the cut (450) and stays, as does 700..799.
     assert [k for k in segments if k in store.objects] == segments[1:]
     assert (result.index_segments, result.kept_index_segments) == (1, 0)
-    assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(1401))]
+    assert not [k for k in store.objects if k.startswith(layout.snapshot_dir(Version(1401)))]
     assert live + "part-0.parquet" in store.objects  # inside its grace period
     markers = [k for k in store.objects if k.startswith(layout.LOG_START)]
     assert markers == [layout.log_start_key(batches[450].batch)]
@@ -393,7 +405,7 @@ def test_gc_never_deletes_a_batch_no_index_segment_covers_yet() -> None:
     run(index_every(store, batches[:200], 100, requestids.Promise(1, 0, 1)))
     result = run(gc.collect(store))
     assert result.batches == 200  # 0..199: the ones indexed
-    tail = run(read_tail(store, PersisterConfig(), opening=batches[-1].batch - 1))
+    tail = run(read_tail(store, PersisterConfig(), opening=BatchNumber(batches[-1].batch - 1)))
     assert len(tail.rows) == 1300 and tail.last_version == batches[-1].last_version
 
 
@@ -423,17 +435,17 @@ def _epoch(created_at: str) -> float:
 
 
 def test_a_run_is_abandoned_when_its_heartbeat_stops_not_by_its_start() -> None:
-    old_start = gc.RunStarted("r", 5, started_at=1000.0, alive_at=9000.0)
+    old_start = gc.RunStarted("r", Version(5), started_at=1000.0, alive_at=9000.0)
     assert not gc.abandoned(old_start, grace_s=3600, now=10_000.0)  # beat 1,000 s ago
     assert gc.abandoned(old_start, grace_s=3600, now=12_600.0)
     assert gc.abandoned(None, grace_s=3600, now=0.0)
-    assert not gc.abandoned(gc.RunStarted("r", 5, 1000.0), grace_s=3600, now=4000.0)
+    assert not gc.abandoned(gc.RunStarted("r", Version(5), 1000.0), grace_s=3600, now=4000.0)
 
     batches = build_log([data(0, i) for i in range(3)])
     store = run(setup(batches, 2))
-    long_run = gc.run_location(9, "long")
+    long_run = gc.run_location(Version(9), "long")
     run(store.put_if_absent(long_run + "part-0.parquet", b"x"))
-    run(store.put_if_absent(gc.run_started_key(9, "long"), msgspec.json.encode(old_start)))
+    run(store.put_if_absent(gc.run_started_key(Version(9), "long"), msgspec.json.encode(old_start)))
     assert run(gc.collect(store, now=10_000.0, grace_s=3600)).abandoned_runs == 0
     assert long_run + "part-0.parquet" in store.objects
     assert run(gc.collect(store, now=12_600.0, grace_s=3600)).abandoned_runs == 1
@@ -441,8 +453,8 @@ def test_a_run_is_abandoned_when_its_heartbeat_stops_not_by_its_start() -> None:
 
 def test_the_heartbeat_renews_the_start_record_until_stopped(tmp_path: Path) -> None:
     url = f"dir:{tmp_path}"
-    started = gc.RunStarted("r1", 9, started_at=time.time())
-    key = gc.run_started_key(9, "r1")
+    started = gc.RunStarted("r1", Version(9), started_at=time.time())
+    key = gc.run_started_key(Version(9), "r1")
 
     def record() -> gc.RunStarted:
         async def read() -> bytes:
@@ -511,7 +523,7 @@ def test_a_policy_that_appears_between_delete_rounds_stops_gc() -> None:
 def _started(run_id: str, version: int, at: float) -> bytes:
     import msgspec
 
-    return msgspec.json.encode(gc.RunStarted(run_id, version, at))
+    return msgspec.json.encode(gc.RunStarted(run_id, Version(version), at))
 
 
 def test_choose_cut_and_deletable_from() -> None:

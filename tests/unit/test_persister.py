@@ -24,9 +24,10 @@ from tests.support.faults import FaultyStore, fail_times
 from weaseldb.core import batchfile, history, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import Deposed, StoreUnavailable, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import BlobStore, TransientError
-from weaseldb.core.types import NUMBER_TOP, Deposed, StoreUnavailable
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.memory import MemoryStore
 
 T = TypeVar("T")
@@ -44,8 +45,10 @@ async def lead(store: BlobStore, name: str = "a", config: PersisterConfig = FAST
 
 
 def accepted(version: int, key: bytes = b"k") -> CommitEntry:
-    entry = CommitEntry(0, version, f"req-{version:016d}", [], [Write(key, b"v%d" % version)])
-    entry.state, entry.version = CommitState.ACCEPTED, version
+    entry = CommitEntry(
+        0, version, RequestId(f"req-{version:016d}"), [], [Write(key, b"v%d" % version)]
+    )
+    entry.state, entry.version = CommitState.ACCEPTED, Version(version)
     return entry
 
 
@@ -84,7 +87,10 @@ def test_first_leader_opens_at_the_top_and_fences_the_next_999() -> None:
     term = run(lead(store))
     assert (term.term, term.opening_batch, term.last_version) == (TOP, TOP, 0)
     assert term.next_number == TOP - 1000
-    kinds = [batchfile.decode(store.objects[layout.batch_key(TOP - i)]).kind for i in range(1000)]
+    kinds = [
+        batchfile.decode(store.objects[layout.batch_key(BatchNumber(TOP - i))]).kind
+        for i in range(1000)
+    ]
     assert kinds[0] == BatchKind.OPENING and set(kinds[1:]) == {BatchKind.FENCE}
 
 
@@ -125,7 +131,7 @@ def test_a_candidate_that_decided_on_an_older_claim_loses_instead_of_deposing() 
     assert seen_by_b == Holder(None, None)
     assert a.term == TOP
     assert isinstance(b, LostClaim)
-    assert newest == Holder(TOP, "a")
+    assert newest == Holder(Term(TOP), "a")
 
 
 def test_next_leader_continues_versions_and_numbers_after_recovery() -> None:
@@ -152,13 +158,16 @@ def test_opening_skips_numbers_taken_late_by_the_old_term_and_counts_their_versi
         await write_versions(inner, old, [1, 2])
         late = batchfile.Batch(
             format=1,
-            batch=old.next_number - 2,
+            batch=BatchNumber(old.next_number - 2),
             term=old.term,
             leader_id="old",
-            first_version=3,
-            last_version=7,
+            first_version=Version(3),
+            last_version=Version(7),
             created_at_ms=0,
-            transactions=[batchfile.Transaction(v, f"late-{v:016d}", 0, []) for v in range(3, 8)],
+            transactions=[
+                batchfile.Transaction(Version(v), RequestId(f"late-{v:016d}"), 0, [])
+                for v in range(3, 8)
+            ],
         )
 
         async def land_late_write(op: str, key: str) -> None:
@@ -181,21 +190,21 @@ def test_watermark_in_a_void_run_uses_the_last_valid_version() -> None:
     store = MemoryStore()
 
     async def scenario() -> recovery.Recovered:
-        await store.put_if_absent(layout.term_key(TOP), b"{}")
-        await store.put_if_absent(layout.term_key(TOP - 1), b"{}")
+        await store.put_if_absent(layout.term_key(Term(TOP)), b"{}")
+        await store.put_if_absent(layout.term_key(Term(TOP - 1)), b"{}")
         batches = [(TOP, TOP, 5), (TOP - 1, TOP - 1, 9), (TOP - 2, TOP, 6), (TOP - 3, TOP, 7)]
         for number, term, last in batches:
             b = batchfile.empty_batch(
-                number=number,
-                term=term,
+                number=BatchNumber(number),
+                term=Term(term),
                 leader_id="x",
-                last_version=last,
+                last_version=Version(last),
                 now_ms=0,
                 kind=BatchKind.DATA,
             )
-            await store.put_if_absent(layout.batch_key(number), batchfile.encode(b))
-        await store.put_if_absent(layout.term_key(TOP - 2), b"{}")  # a third candidate
-        return await recovery.recover(store, prior_term=TOP - 2)
+            await store.put_if_absent(layout.batch_key(BatchNumber(number)), batchfile.encode(b))
+        await store.put_if_absent(layout.term_key(Term(TOP - 2)), b"{}")  # a third candidate
+        return await recovery.recover(store, prior_term=Term(TOP - 2))
 
     found = run(scenario())
     assert (found.watermark, found.last_version, found.newest_term) == (TOP - 3, 9, TOP - 1)
@@ -209,7 +218,7 @@ def test_batches_are_released_in_order_even_when_they_land_out_of_order() -> Non
     gate = asyncio.Event()
 
     async def hold_first_batch(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(TOP - 1000):
+        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(TOP - 1000)):
             await gate.wait()
 
     async def scenario() -> Harness:
@@ -269,7 +278,7 @@ def test_lost_answer_of_a_landed_put_counts_as_success() -> None:
                 lost[0] = False
                 raise_after = key
                 await inner.put_if_absent(raise_after, _encoded(term, 1))
-                from weaseldb.core.store import TransientError
+                from weaseldb.core.errors import TransientError
 
                 raise TransientError("connection reset after the object was stored")
 
@@ -289,11 +298,13 @@ def _encoded(term: OpenedTerm, version: int) -> bytes:
             batch=term.next_number,
             term=term.term,
             leader_id=term.leader_id,
-            first_version=version,
-            last_version=version,
+            first_version=Version(version),
+            last_version=Version(version),
             created_at_ms=0,
             transactions=[
-                batchfile.Transaction(version, f"req-{version:016d}", 0, [Write(b"k", b"v")])
+                batchfile.Transaction(
+                    Version(version), RequestId(f"req-{version:016d}"), 0, [Write(b"k", b"v")]
+                )
             ],
         )
     )
@@ -363,7 +374,7 @@ def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_lis
     inner = MemoryStore()
 
     async def hold_forever(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(TOP - 1000):
+        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(TOP - 1000)):
             await asyncio.Event().wait()
 
     async def old_leader() -> int:
@@ -377,7 +388,7 @@ def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_lis
         return harness.engine.window_used  # the process then dies with N in flight
 
     assert run(old_leader()) == config.max_in_flight_requests
-    assert layout.batch_key(TOP - 1000) not in inner.objects
+    assert layout.batch_key(BatchNumber(TOP - 1000)) not in inner.objects
 
     counting = FaultyStore(inner)
 
@@ -402,13 +413,13 @@ def test_the_term_watch_survives_every_failure_to_look_and_still_deposes() -> No
             raise failures.pop(0)
 
     async def scenario() -> tuple[list[int], float]:
-        await inner.put_if_absent(layout.term_key(TOP), b"{}")
+        await inner.put_if_absent(layout.term_key(Term(TOP)), b"{}")
         newer: list[int] = []
         errors_before = REGISTRY.get_sample_value("weaseldb_term_watch_errors_total") or 0.0
         watch = asyncio.create_task(
             watch_terms(
                 FaultyStore(inner, flaky),
-                TOP,
+                Term(TOP),
                 interval_s=0.001,
                 on_newer=newer.append,
                 leading=lambda: not newer,
@@ -420,7 +431,7 @@ def test_the_term_watch_survives_every_failure_to_look_and_still_deposes() -> No
         await inner.put_if_absent("terms/0-stray", b"")  # listed first: not a term number
         await asyncio.sleep(0.05)
         await inner.delete("terms/0-stray")
-        await inner.put_if_absent(layout.term_key(TOP - 1), b"{}")
+        await inner.put_if_absent(layout.term_key(Term(TOP - 1)), b"{}")
         await asyncio.wait_for(watch, 5)
         errors = REGISTRY.get_sample_value("weaseldb_term_watch_errors_total") or 0.0
         return newer, errors - errors_before
@@ -442,7 +453,7 @@ def test_the_term_watch_gives_up_on_a_store_that_keeps_failing() -> None:
         gave_up: list[str] = []
         watch = watch_terms(
             FaultyStore(MemoryStore(), down),
-            TOP,
+            Term(TOP),
             interval_s=0.001,
             on_newer=lambda newest: None,
             leading=lambda: not gave_up,

@@ -24,8 +24,9 @@ from services.persister.leadership import OpenedTerm, claim, open_term
 from services.persister.release import Slot
 from weaseldb.core import batchfile, history, layout, recovery, validity
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import AlreadyExists, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import AlreadyExists, TransientError
+from weaseldb.core.types import BatchNumber, RequestId, Version
 from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(
@@ -162,11 +163,11 @@ class PersisterSimulation(RuleBasedStateMachine):
             entry = CommitEntry(
                 0,
                 self.next_version,
-                f"sim-{self.next_version:016d}",
+                RequestId(f"sim-{self.next_version:016d}"),
                 [],
                 [Write(b"k%d" % (self.next_version % 7), b"v")],
             )
-            entry.state, entry.version = CommitState.ACCEPTED, self.next_version
+            entry.state, entry.version = CommitState.ACCEPTED, Version(self.next_version)
             self.next_version += 1
             entries.append(entry)
         engine = self.engine
@@ -245,7 +246,9 @@ class PersisterSimulation(RuleBasedStateMachine):
 
     def _decoded(self, number: int) -> batchfile.Batch:
         if number not in self.decoded:  # batches are immutable once written
-            self.decoded[number] = batchfile.decode(self.store.objects[layout.batch_key(number)])
+            self.decoded[number] = batchfile.decode(
+                self.store.objects[layout.batch_key(BatchNumber(number))]
+            )
         return self.decoded[number]
 
     @invariant()

@@ -8,6 +8,7 @@ import socket
 
 import orjson
 
+from weaseldb.core.types import Stage
 from weaseldb.runtime import probe
 from weaseldb.runtime.service import Health, HttpServer, listening_socket, stage_app
 
@@ -15,7 +16,7 @@ from weaseldb.runtime.service import Health, HttpServer, listening_socket, stage
 def test_a_stage_answers_its_readiness_and_a_closed_port_does_not() -> None:
     async def answers() -> tuple[probe.Answer | None, probe.Answer | None, probe.Answer | None]:
         health = Health(reason="waiting for a term")
-        server = HttpServer(stage_app("sequencer", health), listening_socket("127.0.0.1", 0))
+        server = HttpServer(stage_app(Stage.SEQUENCER, health), listening_socket("127.0.0.1", 0))
         serving = asyncio.create_task(server.serve())
         with socket.socket() as unused:
             unused.bind(("127.0.0.1", 0))

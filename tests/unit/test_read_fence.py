@@ -9,8 +9,8 @@ import pytest
 
 from services.gateway.readfence import TermProbe
 from weaseldb.core import layout
-from weaseldb.core.store import TransientError
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.errors import TransientError
+from weaseldb.core.types import NUMBER_TOP, Term
 from weaseldb.runtime.stores.memory import MemoryStore
 
 
@@ -33,7 +33,7 @@ class HeldList(MemoryStore):
 
 
 async def claim(store: MemoryStore, term: int) -> None:
-    await store.put_if_absent(layout.term_key(term), b"{}")
+    await store.put_if_absent(layout.term_key(Term(term)), b"{}")
 
 
 def test_one_list_serves_every_request_that_arrived_before_it_started() -> None:

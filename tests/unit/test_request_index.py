@@ -11,7 +11,7 @@ from services.persister.index import IndexWriter, Stretch, write_segment
 from weaseldb.core import batchfile, requestids
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.protocol import Write
-from weaseldb.core.types import NUMBER_TOP, Outcome
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Outcome, RequestId, Term, Version
 from weaseldb.runtime.stores.memory import MemoryStore
 
 CONFIG = PersisterConfig(index_segment_batches=1, retry_base_delay_ms=1)
@@ -19,14 +19,16 @@ TERM = NUMBER_TOP
 
 
 def released(number: int, version: int) -> batchfile.Batch:
-    tx = batchfile.Transaction(version, f"request-{version:016d}", 0, [Write(b"k", b"v")])
+    tx = batchfile.Transaction(
+        Version(version), RequestId(f"request-{version:016d}"), 0, [Write(b"k", b"v")]
+    )
     return batchfile.Batch(
         format=batchfile.FORMAT_VERSION,
-        batch=number,
-        term=TERM,
+        batch=BatchNumber(number),
+        term=Term(TERM),
         leader_id="L",
-        first_version=version,
-        last_version=version,
+        first_version=Version(version),
+        last_version=Version(version),
         created_at_ms=0,
         transactions=[tx],
     )
@@ -36,9 +38,14 @@ def test_segments_merge_as_they_accumulate_and_every_id_stays_findable() -> None
     store = MemoryStore()
 
     async def scenario() -> tuple[list[requestids.SegmentSpan], list[int], list[str]]:
-        opening = Stretch(NUMBER_TOP, 1, newest_batch=NUMBER_TOP, last_version=0)
-        await write_segment(store, CONFIG, opening, TERM)
-        writer = IndexWriter(store, CONFIG, term=TERM, after=opening)
+        opening = Stretch(
+            BatchNumber(NUMBER_TOP),
+            Version(1),
+            newest_batch=BatchNumber(NUMBER_TOP),
+            last_version=Version(0),
+        )
+        await write_segment(store, CONFIG, opening, Term(TERM))
+        writer = IndexWriter(store, CONFIG, term=Term(TERM), after=opening)
         for version in range(1, 81):
             writer.add(released(NUMBER_TOP - version, version))
             await asyncio.sleep(0)
@@ -47,7 +54,7 @@ def test_segments_merge_as_they_accumulate_and_every_id_stays_findable() -> None
         levels = [(await requestids.read_header(store, s.key))[0].level for s in spans]
         search = IndexSearch(store)
         answers = [
-            (await search.search(f"request-{v:016d}", 0, 80, upward=False)).status.value
+            (await search.search(RequestId(f"request-{v:016d}"), 0, 80, upward=False)).status.value
             for v in (1, 40, 80)
         ]
         return spans, levels, answers

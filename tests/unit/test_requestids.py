@@ -8,25 +8,26 @@ import numpy as np
 import pytest
 
 from weaseldb.core import layout, requestids
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan, id_hash, make_entries
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.types import BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.memory import MemoryStore
 
 TOP = 2**64 - 1
 
 
 def rows(n: int, *, start: int = 1) -> list[tuple[int, int, int]]:
-    return [(id_hash(f"request-{i:08d}"), i, 1_000 + i) for i in range(start, start + n)]
+    return [(id_hash(RequestId(f"request-{i:08d}")), i, 1_000 + i) for i in range(start, start + n)]
 
 
 def segment(n: int, *, newest: int = TOP - 10, oldest: int = TOP) -> bytes:
     return requestids.encode_segment(
         make_entries(rows(n)),
-        newest_batch=newest,
-        oldest_batch=oldest,
-        term=TOP,
-        first_version=1,
-        last_version=n,
+        newest_batch=BatchNumber(newest),
+        oldest_batch=BatchNumber(oldest),
+        term=Term(TOP),
+        first_version=Version(1),
+        last_version=Version(n),
         created_at_ms=5,
     )
 
@@ -46,7 +47,9 @@ def test_a_segment_round_trips_and_every_id_is_found_in_its_bucket(count: int) -
         probes = [f"request-{i:08d}" for i in (1, max(1, count // 2), count)]
         probes.append("never-sent-id-00000")
         return [
-            (await requestids.find(store, found_header, body, id_hash(p)))["version"].tolist()
+            (await requestids.find(store, found_header, body, id_hash(RequestId(p))))[
+                "version"
+            ].tolist()
             for p in probes
         ]
 
@@ -57,14 +60,14 @@ def test_a_segment_round_trips_and_every_id_is_found_in_its_bucket(count: int) -
 
 
 def test_bans_are_entries_with_version_zero() -> None:
-    banned = make_entries([(id_hash("asked-about-00000000"), BANNED, 7)])
+    banned = make_entries([(id_hash(RequestId("asked-about-00000000")), BANNED, 7)])
     blob = requestids.encode_segment(
         banned,
-        newest_batch=TOP,
-        oldest_batch=TOP,
-        term=TOP,
-        first_version=1,
-        last_version=0,
+        newest_batch=BatchNumber(TOP),
+        oldest_batch=BatchNumber(TOP),
+        term=Term(TOP),
+        first_version=Version(1),
+        last_version=Version(0),
         created_at_ms=0,
     )
     assert requestids.decode_segment(blob)[1]["version"].tolist() == [BANNED]
@@ -85,7 +88,11 @@ def test_a_damaged_bucket_is_an_error_never_a_miss() -> None:
 
 def test_cover_skips_segments_inside_wider_ones() -> None:
     def span(newest: int, oldest: int) -> SegmentSpan:
-        return SegmentSpan(newest, oldest, layout.request_index_key(newest, oldest))
+        return SegmentSpan(
+            BatchNumber(newest),
+            BatchNumber(oldest),
+            layout.request_index_key(BatchNumber(newest), BatchNumber(oldest)),
+        )
 
     merged, part_a, part_b, newer, late = (
         span(80, 100),
@@ -113,11 +120,11 @@ def headers(levels: list[int], *, first: int = 1000, width: int = 10) -> list[Se
         oldest = first - i * width
         found.append(
             requestids.SegmentHeader(
-                newest_batch=oldest - width + 1,
-                oldest_batch=oldest,
-                term=TOP,
-                first_version=1,
-                last_version=1,
+                newest_batch=BatchNumber(oldest - width + 1),
+                oldest_batch=BatchNumber(oldest),
+                term=Term(TOP),
+                first_version=Version(1),
+                last_version=Version(1),
                 count=0,
                 created_at_ms=0,
                 bucket_bits=0,
@@ -143,11 +150,11 @@ def test_a_merged_segment_holds_every_entry_of_its_parts() -> None:
     for i in range(3):
         blob = requestids.encode_segment(
             make_entries(rows(200, start=1 + 200 * i)),
-            newest_batch=TOP - 10 * (i + 1) + 1,
-            oldest_batch=TOP - 10 * i,
-            term=TOP - i,
-            first_version=1 + 200 * i,
-            last_version=200 * (i + 1),
+            newest_batch=BatchNumber(TOP - 10 * (i + 1) + 1),
+            oldest_batch=BatchNumber(TOP - 10 * i),
+            term=Term(TOP - i),
+            first_version=Version(1 + 200 * i),
+            last_version=Version(200 * (i + 1)),
             created_at_ms=0,
         )
         parts.append(requestids.decode_segment(blob))

@@ -24,6 +24,7 @@ from weaseldb.core.protocol import (
     TermStart,
     Write,
 )
+from weaseldb.core.types import RequestId, Stage, Term, Version
 
 _tickets = itertools.count()
 
@@ -37,7 +38,9 @@ class FakeClock:
 
 
 def term(first_version: int = 1, number: int = 1) -> TermStart:
-    return TermStart(number, "L", first_version=first_version, committed_version=0)
+    return TermStart(
+        Term(number), "L", first_version=Version(first_version), committed_version=Version(0)
+    )
 
 
 def commit(
@@ -51,12 +54,12 @@ def commit(
     return CommitEntry(
         origin=0,
         ticket=ticket,
-        request_id=f"request-{ticket:020d}",
+        request_id=RequestId(f"request-{ticket:020d}"),
         preconditions=preconditions or [],
         operations=operations or [Write(b"unrelated", b"v")],
         state=state,
-        version=version,
-        term=term,
+        version=Version(version),
+        term=Term(term),
     )
 
 
@@ -83,32 +86,64 @@ TOO_OLD: Outcome = (CommitState.REJECTED, [(0, "too_old")])
 @pytest.mark.parametrize(
     ("operation", "precondition", "expected"),
     [
-        pytest.param(Write(b"k", b"v"), PointRead(b"k", 1), CONFLICT, id="write-vs-point"),
-        pytest.param(Write(b"k", b"v"), PointRead(b"k", 2), ACCEPTED, id="read-at-write-version"),
-        pytest.param(Write(b"k", b"v"), PointRead(b"k", 3), ACCEPTED, id="read-after-write"),
-        pytest.param(Write(b"k", b"v"), PointRead(b"j", 1), ACCEPTED, id="other-key"),
-        pytest.param(Write(b"k", b"v"), PointRead(b"k\x00", 1), ACCEPTED, id="successor-key"),
-        pytest.param(Delete(b"k"), PointRead(b"k", 1), CONFLICT, id="delete-vs-point"),
-        pytest.param(RangeDelete(b"a", b"m"), PointRead(b"k", 1), CONFLICT, id="rdel-vs-point"),
-        pytest.param(RangeDelete(b"a", b"m"), PointRead(b"a", 1), CONFLICT, id="rdel-begin"),
-        pytest.param(RangeDelete(b"a", b"m"), PointRead(b"m", 1), ACCEPTED, id="rdel-end-open"),
-        pytest.param(Write(b"k", b"v"), RangeRead(b"a", b"z", 1), CONFLICT, id="write-vs-range"),
-        pytest.param(Delete(b"k"), RangeRead(b"a", b"z", 1), CONFLICT, id="delete-vs-range"),
-        pytest.param(Delete(b"k"), RangeRead(b"k", b"k\x00", 1), CONFLICT, id="delete-vs-tight"),
-        pytest.param(Write(b"k", b"v"), RangeRead(b"a", b"k", 1), ACCEPTED, id="range-end-open"),
-        pytest.param(Write(b"k", b"v"), RangeRead(b"k\x00", b"z", 1), ACCEPTED, id="range-after"),
-        pytest.param(Write(b"k", b"v"), RangeRead(b"a", b"z", 2), ACCEPTED, id="range-read-newer"),
+        pytest.param(Write(b"k", b"v"), PointRead(b"k", Version(1)), CONFLICT, id="write-vs-point"),
         pytest.param(
-            RangeDelete(b"c", b"f"), RangeRead(b"e", b"g", 1), CONFLICT, id="rdel-vs-range"
+            Write(b"k", b"v"), PointRead(b"k", Version(2)), ACCEPTED, id="read-at-write-version"
         ),
         pytest.param(
-            RangeDelete(b"c", b"f"), RangeRead(b"f", b"g", 1), ACCEPTED, id="rdel-adjacent-range"
+            Write(b"k", b"v"), PointRead(b"k", Version(3)), ACCEPTED, id="read-after-write"
+        ),
+        pytest.param(Write(b"k", b"v"), PointRead(b"j", Version(1)), ACCEPTED, id="other-key"),
+        pytest.param(
+            Write(b"k", b"v"), PointRead(b"k\x00", Version(1)), ACCEPTED, id="successor-key"
+        ),
+        pytest.param(Delete(b"k"), PointRead(b"k", Version(1)), CONFLICT, id="delete-vs-point"),
+        pytest.param(
+            RangeDelete(b"a", b"m"), PointRead(b"k", Version(1)), CONFLICT, id="rdel-vs-point"
         ),
         pytest.param(
-            RangeDelete(b"c", b"f"), RangeRead(b"a", b"c", 1), ACCEPTED, id="range-adjacent-rdel"
+            RangeDelete(b"a", b"m"), PointRead(b"a", Version(1)), CONFLICT, id="rdel-begin"
         ),
-        pytest.param(Write(b"", b"v"), PointRead(b"", 1), CONFLICT, id="empty-key"),
-        pytest.param(Write(b"\xff", b"v"), RangeRead(b"\xfe", b"\xff", 1), ACCEPTED, id="ff-key"),
+        pytest.param(
+            RangeDelete(b"a", b"m"), PointRead(b"m", Version(1)), ACCEPTED, id="rdel-end-open"
+        ),
+        pytest.param(
+            Write(b"k", b"v"), RangeRead(b"a", b"z", Version(1)), CONFLICT, id="write-vs-range"
+        ),
+        pytest.param(
+            Delete(b"k"), RangeRead(b"a", b"z", Version(1)), CONFLICT, id="delete-vs-range"
+        ),
+        pytest.param(
+            Delete(b"k"), RangeRead(b"k", b"k\x00", Version(1)), CONFLICT, id="delete-vs-tight"
+        ),
+        pytest.param(
+            Write(b"k", b"v"), RangeRead(b"a", b"k", Version(1)), ACCEPTED, id="range-end-open"
+        ),
+        pytest.param(
+            Write(b"k", b"v"), RangeRead(b"k\x00", b"z", Version(1)), ACCEPTED, id="range-after"
+        ),
+        pytest.param(
+            Write(b"k", b"v"), RangeRead(b"a", b"z", Version(2)), ACCEPTED, id="range-read-newer"
+        ),
+        pytest.param(
+            RangeDelete(b"c", b"f"), RangeRead(b"e", b"g", Version(1)), CONFLICT, id="rdel-vs-range"
+        ),
+        pytest.param(
+            RangeDelete(b"c", b"f"),
+            RangeRead(b"f", b"g", Version(1)),
+            ACCEPTED,
+            id="rdel-adjacent-range",
+        ),
+        pytest.param(
+            RangeDelete(b"c", b"f"),
+            RangeRead(b"a", b"c", Version(1)),
+            ACCEPTED,
+            id="range-adjacent-rdel",
+        ),
+        pytest.param(Write(b"", b"v"), PointRead(b"", Version(1)), CONFLICT, id="empty-key"),
+        pytest.param(
+            Write(b"\xff", b"v"), RangeRead(b"\xfe", b"\xff", Version(1)), ACCEPTED, id="ff-key"
+        ),
     ],
 )
 def test_precondition_against_an_earlier_commit(
@@ -128,7 +163,7 @@ def test_precondition_against_an_earlier_commit(
 def test_earlier_accepted_entry_of_the_same_batch_is_visible() -> None:
     resolver = leading()
     writer = commit(1, operations=[Write(b"x", b"1")])
-    reader = commit(2, preconditions=[PointRead(b"x", 0)])
+    reader = commit(2, preconditions=[PointRead(b"x", Version(0))])
     resolver.resolve([writer, reader])
     assert outcome(writer) == ACCEPTED
     assert outcome(reader) == CONFLICT
@@ -137,8 +172,12 @@ def test_earlier_accepted_entry_of_the_same_batch_is_visible() -> None:
 def test_rejected_entry_records_nothing() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"y", b"1")])])
-    rejected = commit(2, preconditions=[PointRead(b"y", 0)], operations=[Write(b"x", b"2")])
-    reader = commit(3, preconditions=[PointRead(b"x", 0), RangeRead(b"a", b"z", 1)])
+    rejected = commit(
+        2, preconditions=[PointRead(b"y", Version(0))], operations=[Write(b"x", b"2")]
+    )
+    reader = commit(
+        3, preconditions=[PointRead(b"x", Version(0)), RangeRead(b"a", b"z", Version(1))]
+    )
     resolver.resolve([rejected, reader])
     assert outcome(rejected) == CONFLICT
     assert outcome(reader) == ACCEPTED
@@ -149,7 +188,7 @@ def test_accepted_commit_records_every_operation() -> None:
     ops: list[Operation] = [Write(b"a", b"1"), Delete(b"d"), RangeDelete(b"p", b"r")]
     resolver.resolve([commit(1, operations=ops)])
     keys = [b"a", b"d", b"p", b"q", b"r"]
-    probes = [commit(v, preconditions=[PointRead(k, 0)]) for v, k in enumerate(keys, 2)]
+    probes = [commit(v, preconditions=[PointRead(k, Version(0))]) for v, k in enumerate(keys, 2)]
     resolver.resolve(list[RingEntry](probes))
     assert [p.state for p in probes] == [CommitState.REJECTED] * 4 + [CommitState.ACCEPTED]
 
@@ -160,12 +199,12 @@ def test_every_failed_precondition_is_listed_by_index() -> None:
     probe = commit(
         11,
         preconditions=[
-            PointRead(b"b", 9),  # holds
-            PointRead(b"a", 9),  # conflict
-            PointRead(b"b", 8),  # too old: below the term start
-            RangeRead(b"b", b"d", 10),  # holds: read at the write's version
-            RangeRead(b"b", b"d", 9),  # conflict
-            RangeRead(b"x", b"y", 0),  # too old, even though nothing wrote there
+            PointRead(b"b", Version(9)),  # holds
+            PointRead(b"a", Version(9)),  # conflict
+            PointRead(b"b", Version(8)),  # too old: below the term start
+            RangeRead(b"b", b"d", Version(10)),  # holds: read at the write's version
+            RangeRead(b"b", b"d", Version(9)),  # conflict
+            RangeRead(b"x", b"y", Version(0)),  # too old, even though nothing wrote there
         ],
     )
     resolver.resolve([probe])
@@ -185,7 +224,7 @@ def test_every_failed_precondition_is_listed_by_index() -> None:
 def test_too_old_below_term_start(read_version: int, expected: Outcome) -> None:
     resolver = leading(first_version=100)
     assert resolver.oldest_checkable == 99
-    probe = commit(100, preconditions=[PointRead(b"k", read_version)])
+    probe = commit(100, preconditions=[PointRead(b"k", Version(read_version))])
     resolver.resolve([probe])
     assert outcome(probe) == expected
 
@@ -212,7 +251,7 @@ def test_version_window_edges(read_version: int, key: bytes, expected: Outcome) 
     resolver = leading(window=ResolverConfig(window_seconds=1.0, window_versions=10), clock=clock)
     _fill(resolver, 1, 20)
     clock.now = 100.0  # the time window holds nothing any more
-    probe = commit(21, preconditions=[PointRead(key, read_version)])
+    probe = commit(21, preconditions=[PointRead(key, Version(read_version))])
     resolver.resolve([probe])
     assert resolver.oldest_checkable == 10
     assert outcome(probe) == expected
@@ -237,7 +276,7 @@ def test_time_window_edges(now: float, read_version: int, expected: Outcome) -> 
     clock.now = 5.0
     _fill(resolver, 4, 6)
     clock.now = now
-    probe = commit(7, preconditions=[PointRead(b"untouched", read_version)])
+    probe = commit(7, preconditions=[PointRead(b"untouched", Version(read_version))])
     resolver.resolve([probe])
     assert outcome(probe) == expected
 
@@ -248,11 +287,13 @@ def test_time_window_counts_from_the_batch_that_resolved_a_version() -> None:
     resolver = leading(window=ResolverConfig(window_seconds=10.0, window_versions=1), clock=clock)
     _fill(resolver, 1, 3)
     clock.now = 4.0
-    resolver.resolve([StatusEntry(origin=0, ticket=0, request_id="s" * 20)])
+    resolver.resolve([StatusEntry(origin=0, ticket=0, request_id=RequestId("s" * 20))])
     clock.now = 5.0
     _fill(resolver, 4, 6)  # resolved at t=5, so kept until t=15
     clock.now = 14.5
-    probe = commit(7, preconditions=[PointRead(b"untouched", 3), PointRead(b"untouched", 2)])
+    probe = commit(
+        7, preconditions=[PointRead(b"untouched", Version(3)), PointRead(b"untouched", Version(2))]
+    )
     resolver.resolve([probe])
     assert probe.conflicts == [(1, "too_old")]
 
@@ -262,11 +303,13 @@ def test_larger_window_wins() -> None:
     resolver = leading(window=ResolverConfig(window_seconds=10.0, window_versions=5), clock=clock)
     _fill(resolver, 1, 20)  # many versions at once: the time window is the larger one
     clock.now = 1.0
-    probe = commit(21, preconditions=[PointRead(b"k1", 0)])
+    probe = commit(21, preconditions=[PointRead(b"k1", Version(0))])
     resolver.resolve([probe])
     assert outcome(probe) == CONFLICT  # v1 still in history
     clock.now = 100.0  # long idle: the version window still keeps the last 5 versions
-    probe = commit(22, preconditions=[PointRead(b"k17", 16), PointRead(b"k17", 15)])
+    probe = commit(
+        22, preconditions=[PointRead(b"k17", Version(16)), PointRead(b"k17", Version(15))]
+    )
     resolver.resolve([probe])
     assert resolver.oldest_checkable == 16
     assert probe.conflicts == [(0, "conflict"), (1, "too_old")]
@@ -294,10 +337,10 @@ def test_history_memory_follows_the_window() -> None:
 )
 def test_unsequenced_entries_pass_through(state: CommitState) -> None:
     resolver = leading()
-    other = commit(5, preconditions=[PointRead(b"x", 0)], operations=[Write(b"x", b"")])
+    other = commit(5, preconditions=[PointRead(b"x", Version(0))], operations=[Write(b"x", b"")])
     other.state = state
     other.conflicts = [(7, "sentinel")]
-    reader = commit(1, preconditions=[PointRead(b"x", 0)])
+    reader = commit(1, preconditions=[PointRead(b"x", Version(0))])
     resolver.resolve([other, reader])
     assert (other.state, other.version, other.conflicts) == (state, 5, [(7, "sentinel")])
     assert outcome(reader) == ACCEPTED  # its write was not recorded
@@ -305,11 +348,13 @@ def test_unsequenced_entries_pass_through(state: CommitState) -> None:
 
 def test_status_and_shutdown_pass_through() -> None:
     resolver = leading()
-    status = StatusEntry(origin=1, ticket=2, request_id="r" * 20, upper_bound=7)
+    status = StatusEntry(origin=1, ticket=2, request_id=RequestId("r" * 20), upper_bound=Version(7))
     shutdown = Shutdown()
     batch: list[RingEntry] = [status, commit(1), shutdown]
     resolver.resolve(batch)
-    assert batch[0] == StatusEntry(origin=1, ticket=2, request_id="r" * 20, upper_bound=7)
+    assert batch[0] == StatusEntry(
+        origin=1, ticket=2, request_id=RequestId("r" * 20), upper_bound=Version(7)
+    )
     assert batch[2] is shutdown
 
 
@@ -331,7 +376,9 @@ def test_new_term_resets_history() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"x", b"")])])
     resolver.resolve([term(2, number=0)])
-    probe = commit(2, preconditions=[PointRead(b"x", 1), PointRead(b"x", 0)], term=0)
+    probe = commit(
+        2, preconditions=[PointRead(b"x", Version(1)), PointRead(b"x", Version(0))], term=0
+    )
     resolver.resolve([probe])
     assert probe.conflicts == [(1, "too_old")]  # read at 1 = first_version - 1 is checkable
 
@@ -349,7 +396,7 @@ def test_each_workers_copy_of_the_term_start_resets_only_once() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"x", b"")])])
     resolver.resolve([term(1)])  # another gateway worker's copy of the same term
-    probe = commit(2, preconditions=[PointRead(b"x", 0)])
+    probe = commit(2, preconditions=[PointRead(b"x", Version(0))])
     resolver.resolve([probe])
     assert probe.conflicts == [(0, "conflict")]  # history survived the second copy
 
@@ -363,9 +410,9 @@ def test_a_restarted_sequencer_retires_the_term_until_the_next_one() -> None:
     resolver = leading()
     resolver.resolve([commit(1, operations=[Write(b"x", b"")]), commit(2)])
     renumbered = commit(1)
-    resolver.resolve([Hello("sequencer"), term(1), renumbered])
+    resolver.resolve([Hello(Stage.SEQUENCER), term(1), renumbered])
     assert renumbered.state == CommitState.NOT_LEADER
-    served = commit(3, term=2, preconditions=[PointRead(b"x", 2)])
+    served = commit(3, term=2, preconditions=[PointRead(b"x", Version(2))])
     resolver.resolve([term(3, number=2), served])
     assert served.state == CommitState.ACCEPTED
 
@@ -386,5 +433,5 @@ def test_versions_going_backwards_retire_the_term() -> None:
 def test_a_sequencer_hello_before_any_term_changes_nothing() -> None:
     resolver = Resolver(ResolverConfig(), FakeClock())
     first = commit(1)
-    resolver.resolve([Hello("sequencer"), term(1), first])
+    resolver.resolve([Hello(Stage.SEQUENCER), term(1), first])
     assert first.state == CommitState.ACCEPTED

@@ -2,17 +2,20 @@ from services.sequencer.logic import Sequencer
 from services.sequencer.window import FadedIds, RequestIdWindow
 from weaseldb.core.protocol import CommitEntry, CommitState, Hello, StatusEntry, TermStart, Write
 from weaseldb.core.requestids import BANNED, Entries, id_hash, make_entries
+from weaseldb.core.types import RequestId, Stage, Term, Version
 
 
 def commit(request_id: str) -> CommitEntry:
-    return CommitEntry(0, 1, request_id, [], [Write(b"k", b"v")])
+    return CommitEntry(0, 1, RequestId(request_id), [], [Write(b"k", b"v")])
 
 
 def started(
     first_version: int = 100, term: int = 50, *, memory: int = 3, window_ms: int = 0
 ) -> Sequencer:
     sequencer = Sequencer(id_memory=memory, window_ms=window_ms)
-    sequencer.sequence([TermStart(term, "leader", first_version, first_version - 1)], 0)
+    sequencer.sequence(
+        [TermStart(Term(term), "leader", Version(first_version), Version(first_version - 1))], 0
+    )
     return sequencer
 
 
@@ -34,7 +37,7 @@ def test_commit_before_any_term_is_not_leader() -> None:
 
 def test_status_bans_the_id_and_takes_the_upper_bound() -> None:
     sequencer = started(100)
-    first, status, later = commit("a"), StatusEntry(0, 2, "b"), commit("b")
+    first, status, later = commit("a"), StatusEntry(0, 2, RequestId("b")), commit("b")
     sequencer.sequence([first, status, later], 0)
     assert status.upper_bound == 100 and status.term == 50
     assert later.state is CommitState.BANNED and later.version == 0
@@ -42,7 +45,7 @@ def test_status_bans_the_id_and_takes_the_upper_bound() -> None:
 
 def test_status_after_the_commit_does_not_ban_it_retroactively() -> None:
     sequencer = started(100)
-    original, status, retry = commit("a"), StatusEntry(0, 2, "a"), commit("a")
+    original, status, retry = commit("a"), StatusEntry(0, 2, RequestId("a")), commit("a")
     sequencer.sequence([original, status, retry], 0)
     assert original.state is CommitState.SEQUENCED
     assert retry.state is CommitState.DUPLICATE and retry.version == original.version
@@ -72,9 +75,11 @@ def test_an_id_sharing_half_its_hash_with_a_remembered_one_is_unknown_not_its_du
     a remembered id's must not get that id's outcome (a commit reported but never applied)."""
     sequencer = started(100)
     fresh = commit("fresh-id")
-    low = id_hash("fresh-id") & ((1 << 64) - 1)
-    other = (((id_hash("fresh-id") >> 64) ^ 1) << 64) | low  # same low half, other high half
-    sequencer.sequence([StatusEntry(0, 2, "unrelated")], 0)  # a term with some history
+    low = id_hash(RequestId("fresh-id")) & ((1 << 64) - 1)
+    other = (
+        ((id_hash(RequestId("fresh-id")) >> 64) ^ 1) << 64
+    ) | low  # same low half, other high half
+    sequencer.sequence([StatusEntry(0, 2, RequestId("unrelated"))], 0)  # a term with some history
     sequencer._window.add(other, 42, 0)  # another id, remembered as committed at 42
     sequencer.sequence([fresh], 0)
     assert fresh.state is CommitState.UNKNOWN and fresh.version == 0
@@ -97,19 +102,19 @@ def test_every_copy_of_the_term_start_is_forwarded_but_counts_once() -> None:
     sequencer = started(100, term=50)
     first = commit("a")
     sequencer.sequence([first], 0)
-    again = TermStart(50, "leader", 100, 99, origin=1)
+    again = TermStart(Term(50), "leader", Version(100), Version(99), origin=1)
     entry = commit("b")
     forward = sequencer.sequence([again, entry], 0)
     assert forward == [again, entry] and entry.version == 101
 
 
 def test_hello_passes_through_to_the_persister() -> None:
-    hello = Hello("gateway", 3)
+    hello = Hello(Stage.GATEWAY, 3)
     assert Sequencer().sequence([hello], 0) == [hello]
 
 
 def window_with(rows: list[tuple[str, int, int]]) -> Entries:
-    return make_entries([(id_hash(r), v, t) for r, v, t in rows])
+    return make_entries([(id_hash(RequestId(r)), v, t) for r, v, t in rows])
 
 
 def test_a_new_term_takes_the_window_of_earlier_terms_from_the_index() -> None:
@@ -117,8 +122,10 @@ def test_a_new_term_takes_the_window_of_earlier_terms_from_the_index() -> None:
     from the request-id index and names the file in the TermStart."""
     files = {"w": window_with([("committed-before", 41, 0), ("banned-before", BANNED, 0)])}
     sequencer = Sequencer(load_window=files.__getitem__)
-    sequencer.sequence([StatusEntry(0, 1, "banned-in-this-process-only")], 0)
-    sequencer.sequence([TermStart(49, "other", 500, 499, window_file="w")], 0)
+    sequencer.sequence([StatusEntry(0, 1, RequestId("banned-in-this-process-only"))], 0)
+    sequencer.sequence(
+        [TermStart(Term(49), "other", Version(500), Version(499), window_file="w")], 0
+    )
     retry, banned, forgotten = commit("committed-before"), commit("banned-before"), commit("x")
     unbanned = commit("banned-in-this-process-only")
     sequencer.sequence([retry, banned, forgotten, unbanned], 0)
@@ -138,7 +145,7 @@ def test_window_is_bounded_by_its_hard_cap_even_when_young() -> None:
 
 def test_faded_ids_keep_two_generations() -> None:
     faded = FadedIds(capacity=100)
-    ids = [id_hash(f"faded-{i}") for i in range(301)]
+    ids = [id_hash(RequestId(f"faded-{i}")) for i in range(301)]
     for hash_ in ids[1:201]:
         faded.add(hash_)
     assert ids[1] in faded and ids[200] in faded  # both generations still held

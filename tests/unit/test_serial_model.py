@@ -38,6 +38,7 @@ from weaseldb.core.protocol import (
     point_range,
     written_ranges,
 )
+from weaseldb.core.types import RequestId, Term, Version
 
 KEYS = [b"", b"\x00", b"a", b"a\x00", b"a\xff", b"b", b"\xff"]
 keys = st.sampled_from(KEYS)
@@ -152,9 +153,9 @@ def preconditions(txn: Txn, version: int) -> list[Precondition]:
     for begin, end, lag in txn.reads:
         read_version = max(0, version - 1 - lag)
         if end is None:
-            built.append(PointRead(begin, read_version))
+            built.append(PointRead(begin, Version(read_version)))
         else:
-            built.append(RangeRead(begin, end, read_version))
+            built.append(RangeRead(begin, end, Version(read_version)))
     return built
 
 
@@ -165,7 +166,9 @@ def test_pipeline_matches_serial_model(scenario: Scenario) -> None:
     sequencer = Sequencer()
     resolver = Resolver(scenario.window, clock)
     model = Model(scenario.first_version, scenario.window)
-    term = TermStart(1, "L", scenario.first_version, scenario.first_version - 1)
+    term = TermStart(
+        Term(1), "L", Version(scenario.first_version), Version(scenario.first_version - 1)
+    )
     sequenced_versions: list[int] = []
     names = (f"request-{n:012d}" for n in range(10_000))
 
@@ -201,7 +204,7 @@ def plan(
         batch.append(entry)
         return entry, CommitState.DUPLICATE, original, []
     if txn.kind == "banned":
-        batch.append(StatusEntry(origin=0, ticket=0, request_id=fresh_id))
+        batch.append(StatusEntry(origin=0, ticket=0, request_id=RequestId(fresh_id)))
         entry = _entry(fresh_id, preconditions(txn, model.next_version), txn.operations)
         batch.append(entry)
         return entry, CommitState.BANNED, 0, []
@@ -222,5 +225,9 @@ def plan(
 
 def _entry(request_id: str, pres: list[Precondition], ops: list[Operation]) -> CommitEntry:
     return CommitEntry(
-        origin=0, ticket=0, request_id=request_id, preconditions=pres, operations=list(ops)
+        origin=0,
+        ticket=0,
+        request_id=RequestId(request_id),
+        preconditions=pres,
+        operations=list(ops),
     )

@@ -12,6 +12,7 @@ from services.persister.answers import Answers
 from services.persister.app import WORKER_BACKLOG_BYTES
 from services.sequencer.window import RequestIdWindow
 from weaseldb.core import config, requestids, sizing
+from weaseldb.core.types import Stage
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = config.build({}).idempotency
@@ -34,12 +35,12 @@ def test_the_defaults_at_the_5m_cap() -> None:
     """The derivation written in examples/weaseldb-minio.yaml and the chart's values."""
     assert (DEFAULTS.request_id_max, DEFAULTS.request_id_memory) == (5_000_000, 1_000_000)
     two, one = config.build({"gateway": {"workers": 2}}), config.build({})
-    assert sizing.memory_limit_mib("sequencer", two) == 768
-    assert sizing.memory_limit_mib("persister", two) == 1408
-    assert sizing.memory_limit_mib("persister", one) == 1280
+    assert sizing.memory_limit_mib(Stage.SEQUENCER, two) == 768
+    assert sizing.memory_limit_mib(Stage.PERSISTER, two) == 1408
+    assert sizing.memory_limit_mib(Stage.PERSISTER, one) == 1280
 
 
-def _spec_limits(spec: dict[str, Any]) -> dict[str, float]:
+def _spec_limits(spec: dict[str, Any]) -> dict[Stage, float]:
     resources = spec.get("resources") or {}
     out = {}
     for stage in sizing.STAGES_WITH_IDS:
@@ -78,11 +79,11 @@ def _database(resources: dict[str, Any]) -> Any:
 
 def test_the_operator_derives_a_limit_only_where_none_is_given() -> None:
     db = _database({"default": {"requests": {"cpu": "100m"}}})
-    assert db.container_resources("persister") == {
+    assert db.container_resources(Stage.PERSISTER) == {
         "requests": {"memory": "1408Mi", "cpu": "100m"},
         "limits": {"memory": "1408Mi"},
     }
-    assert db.container_resources("sequencer")["limits"] == {"memory": "768Mi"}
-    assert db.container_resources("resolver") == {"requests": {"cpu": "100m"}}
+    assert db.container_resources(Stage.SEQUENCER)["limits"] == {"memory": "768Mi"}
+    assert db.container_resources(Stage.RESOLVER) == {"requests": {"cpu": "100m"}}
     chosen = _database({"default": {"limits": {"memory": "3Gi"}}})
-    assert chosen.container_resources("persister") == {"limits": {"memory": "3Gi"}}
+    assert chosen.container_resources(Stage.PERSISTER) == {"limits": {"memory": "3Gi"}}

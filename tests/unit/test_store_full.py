@@ -20,8 +20,9 @@ from services.persister.release import Slot
 from tests.support.tmpfs import SmallFilesystem, can_mount, small_filesystem
 from weaseldb.core import layout, recovery
 from weaseldb.core.config import PersisterConfig
+from weaseldb.core.errors import NotFound, StoreFull, TransientError
 from weaseldb.core.protocol import CommitEntry, CommitState, RingEntry, Write
-from weaseldb.core.store import NotFound, StoreFull, TransientError
+from weaseldb.core.types import BatchNumber, RequestId, Version
 from weaseldb.runtime.stores.directory import SPARE_FILES, DirectoryStore
 from weaseldb.runtime.stores.s3 import _translate
 
@@ -56,7 +57,7 @@ def test_a_write_refused_for_space_is_store_full_and_leaves_nothing(
         await store.put_if_absent("batches/first", b"x")  # directories and spares exist
         before = leftovers(full_fs.path)
         full_fs.fill()
-        key = layout.batch_key(2**64 - 7)
+        key = layout.batch_key(BatchNumber(2**64 - 7))
         with pytest.raises(StoreFull):
             await store.put_if_absent(key, data)
         with pytest.raises(StoreFull):
@@ -144,8 +145,10 @@ def test_other_s3_server_errors_stay_transient() -> None:
 
 
 def accepted(version: int) -> CommitEntry:
-    entry = CommitEntry(0, version, f"req-{version:016d}", [], [Write(b"k", b"v" * 2000)])
-    entry.state, entry.version = CommitState.ACCEPTED, version
+    entry = CommitEntry(
+        0, version, RequestId(f"req-{version:016d}"), [], [Write(b"k", b"v" * 2000)]
+    )
+    entry.state, entry.version = CommitState.ACCEPTED, Version(version)
     return entry
 
 

@@ -15,9 +15,9 @@ from services.persister.leadership import Holder, LostClaim, OpenedTerm, claim
 from tests.support.cluster import short_run_dir
 from weaseldb.core import layout
 from weaseldb.core.config import Config, PersisterConfig
+from weaseldb.core.errors import TransientError
 from weaseldb.core.protocol import Hello, TermStart
-from weaseldb.core.store import TransientError
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Stage, Term, Version
 from weaseldb.runtime.ring import Ring
 from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.memory import MemoryStore
@@ -48,7 +48,9 @@ def test_a_claim_that_landed_but_timed_out_is_our_own(tmp_path: Path) -> None:
 def test_a_term_another_candidate_claimed_first_is_still_lost(tmp_path: Path) -> None:
     theirs = {"term": NUMBER_TOP, "leader_id": "them", "pod": "q", "started_at_ms": 0}
     asyncio.run(
-        DirectoryStore(tmp_path).put_if_absent(layout.term_key(NUMBER_TOP), orjson.dumps(theirs))
+        DirectoryStore(tmp_path).put_if_absent(
+            layout.term_key(Term(NUMBER_TOP)), orjson.dumps(theirs)
+        )
     )
     store = LandsThenTimesOut(tmp_path)
     unclaimed = Holder(None, None)  # what both candidates saw before claiming
@@ -65,13 +67,19 @@ def test_a_gateway_hello_during_a_term_reset_waits_for_the_next_term() -> None:
         run_dir = short_run_dir()
         ring = Ring()
         stage = PersisterStage(Config(store="memory:", run_dir=str(run_dir)), ring, MemoryStore())
-        term = OpenedTerm(NUMBER_TOP, "L", NUMBER_TOP, NUMBER_TOP - 1000, 0)
+        term = OpenedTerm(
+            Term(NUMBER_TOP),
+            "L",
+            BatchNumber(NUMBER_TOP),
+            BatchNumber(NUMBER_TOP - 1000),
+            Version(0),
+        )
         stage.state.opened(term)
-        stage.state.announce(TermStart(term.term, term.leader_id, 1, 0, ""))
+        stage.state.announce(TermStart(term.term, term.leader_id, Version(1), Version(0), ""))
         stage.dispatch.take(list(hellos))
         ring.close()
         shutil.rmtree(run_dir)
         return [queue.pending_bytes for queue in stage.outgoing.queues]
 
-    assert asyncio.run(answered([Hello("gateway", 0)])) != [0]  # told the current term
-    assert asyncio.run(answered([Hello("sequencer"), Hello("gateway", 0)])) == [0]
+    assert asyncio.run(answered([Hello(Stage.GATEWAY, 0)])) != [0]  # told the current term
+    assert asyncio.run(answered([Hello(Stage.SEQUENCER), Hello(Stage.GATEWAY, 0)])) == [0]

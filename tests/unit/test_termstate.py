@@ -10,11 +10,18 @@ from services.persister.leadership import OpenedTerm
 from services.persister.termstate import Phase, Signal, TermState
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.protocol import TermStart
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.service import Health
 from weaseldb.runtime.stores.memory import MemoryStore
 
-TERM = OpenedTerm(term=7, leader_id="L", opening_batch=100, next_number=90, last_version=41)
-START = TermStart(TERM.term, TERM.leader_id, 42, 41, "")
+TERM = OpenedTerm(
+    term=Term(7),
+    leader_id="L",
+    opening_batch=BatchNumber(100),
+    next_number=BatchNumber(90),
+    last_version=Version(41),
+)
+START = TermStart(TERM.term, TERM.leader_id, Version(42), Version(41), "")
 
 
 def ignore(*_: object) -> None:

@@ -13,8 +13,9 @@ import struct
 import msgspec
 import xxhash
 
+from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import Operation
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.types import BatchNumber, RequestId, Term, Version
 
 MAGIC = b"WDB1"
 FORMAT_VERSION = 1
@@ -22,8 +23,8 @@ _PREFIX = struct.Struct(">4sBQ")
 
 
 class Transaction(msgspec.Struct, array_like=True, frozen=True):
-    version: int
-    request_id: str
+    version: Version
+    request_id: RequestId
     timestamp_ms: int
     operations: list[Operation]
 
@@ -38,17 +39,17 @@ class BatchKind:
 
 class Batch(msgspec.Struct, frozen=True):
     format: int
-    batch: int
-    term: int
+    batch: BatchNumber
+    term: Term
     leader_id: str
-    first_version: int  # first version in this batch; last_version + 1 when empty
-    last_version: int  # last version of the log up to and including this batch
+    first_version: Version  # first version in this batch; last_version + 1 when empty
+    last_version: Version  # last version of the log up to and including this batch
     created_at_ms: int
     kind: str = BatchKind.DATA
     transactions: list[Transaction] = []
     # Request ids a status lookup banned while this batch was open: they can never commit,
     # also after a restart (the request-id index carries them to the next term).
-    banned: list[str] = []
+    banned: list[RequestId] = []
 
     @property
     def is_empty(self) -> bool:
@@ -80,14 +81,20 @@ def decode(blob: bytes, *, key: str = "?") -> Batch:
 
 
 def empty_batch(
-    *, number: int, term: int, leader_id: str, last_version: int, now_ms: int, kind: str
+    *,
+    number: BatchNumber,
+    term: Term,
+    leader_id: str,
+    last_version: Version,
+    now_ms: int,
+    kind: str,
 ) -> Batch:
     return Batch(
         format=FORMAT_VERSION,
         batch=number,
         term=term,
         leader_id=leader_id,
-        first_version=last_version + 1,
+        first_version=Version(last_version + 1),
         last_version=last_version,
         created_at_ms=now_ms,
         kind=kind,

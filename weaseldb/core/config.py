@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, Stage
 
 MiB = 1024 * 1024
 
@@ -126,6 +126,11 @@ class Ports(_Section):
     """Health and metrics port of the resolver."""
     persister: int = Field(8083, ge=0, le=65535)
     """Health and metrics port of the persister."""
+
+    def of(self, stage: Stage) -> int:
+        """The port of `stage` (its field here is named after it)."""
+        port: int = getattr(self, stage)
+        return port
 
 
 class Config(_Section):

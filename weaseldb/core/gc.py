@@ -33,11 +33,12 @@ import msgspec
 
 from weaseldb.core import layout, logstart, manifest, policies, requestids
 from weaseldb.core.config import IdempotencyConfig
+from weaseldb.core.errors import NotFound
 from weaseldb.core.manifest import Manifest
 from weaseldb.core.requestids import Promise, SegmentHeader, SegmentSpan
-from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.timestamps import parse_iso
-from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP, BatchNumber, Version
 
 #: Readers' grace: an old snapshot is deleted this long after a newer one was published,
 #: and an unpublished compaction run once its heartbeat is this old.
@@ -59,7 +60,7 @@ RUN_STARTED_SUFFIX = ".started"
 
 class RunStarted(msgspec.Struct, frozen=True):
     run: str
-    version: int
+    version: Version
     started_at: float  # seconds since the epoch
     alive_at: float = 0.0  # the run's last heartbeat (0: none yet)
 
@@ -68,11 +69,11 @@ class RunStarted(msgspec.Struct, frozen=True):
         return max(self.started_at, self.alive_at)
 
 
-def run_started_key(version: int, run: str) -> str:
+def run_started_key(version: Version, run: str) -> str:
     return f"{layout.snapshot_dir(version)}{run}{RUN_STARTED_SUFFIX}"
 
 
-def run_location(version: int, run: str) -> str:
+def run_location(version: Version, run: str) -> str:
     return f"{layout.snapshot_dir(version)}{run}/"
 
 
@@ -191,7 +192,7 @@ def pinned_below(policy_versions: list[int], cut: Manifest) -> int | None:
     return low if low is not None and low < cut.version else None
 
 
-def run_of(key: str, version: int) -> str | None:
+def run_of(key: str, version: Version) -> str | None:
     """The run a key under `snapshots/{version}/` belongs to."""
     rest = key[len(layout.snapshot_dir(version)) :]
     if not rest:
@@ -326,7 +327,8 @@ Delete = Callable[[str, list[str]], Awaitable[None]]
 
 
 async def _delete_batches(store: BlobStore, first: int, delete: Delete) -> int:
-    keys = await list_all(store, layout.BATCHES, start_after=layout.batch_key(first - 1))
+    after = layout.batch_key(BatchNumber(first - 1))
+    keys = await list_all(store, layout.BATCHES, start_after=after)
     await delete("batches", keys)
     return len(keys)
 
@@ -410,23 +412,23 @@ async def _delete_abandoned_runs(
     return count
 
 
-async def _runs(store: BlobStore) -> dict[int, dict[str, list[str]]]:
+async def _runs(store: BlobStore) -> dict[Version, dict[str, list[str]]]:
     """Keys under snapshot directories, by version and run."""
-    runs: dict[int, dict[str, list[str]]] = {}
+    runs: dict[Version, dict[str, list[str]]] = {}
     for key in await list_all(store, layout.SNAPSHOTS):
         if key.endswith(layout.MANIFEST_SUFFIX):
             continue
         parts = key.split("/")
         if len(parts) < 3 or not (len(parts[1]) == 20 and parts[1].isdigit()):
             continue
-        version = int(parts[1])
+        version = Version(int(parts[1]))
         run = run_of(key, version)
         if run:
             runs.setdefault(version, {}).setdefault(run, []).append(key)
     return runs
 
 
-async def _run_started(store: BlobStore, version: int, run: str) -> RunStarted | None:
+async def _run_started(store: BlobStore, version: Version, run: str) -> RunStarted | None:
     try:
         return msgspec.json.decode(await store.get(run_started_key(version, run)), type=RunStarted)
     except (NotFound, msgspec.DecodeError):

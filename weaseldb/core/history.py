@@ -11,20 +11,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from weaseldb.core import batchfile, layout, logstart
-from weaseldb.core.errors import LogTruncated
+from weaseldb.core.errors import LogTruncated, NotFound
 from weaseldb.core.recovery import read_batch
-from weaseldb.core.store import BlobStore, NotFound
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 
 
-async def batch_numbers_after(store: BlobStore, seed: Seed = GENESIS) -> list[int]:
+async def batch_numbers_after(store: BlobStore, seed: Seed = GENESIS) -> list[BatchNumber]:
     """Every batch number newer than the seed's batch, oldest first (pages through LIST;
     keys list newest first, so the listing stops where the seed's batch would be)."""
-    numbers: list[int] = []
+    numbers: list[BatchNumber] = []
     after = ""
     while True:
         keys = await store.list(layout.BATCHES, start_after=after, limit=1000)
-        page = [layout.number_of(k) for k in keys]
+        page = [BatchNumber(layout.number_of(k)) for k in keys]
         numbers.extend(n for n in page if n <= seed.first_number)
         if len(keys) < 1000 or (page and page[-1] > seed.first_number):
             break
@@ -33,21 +34,21 @@ async def batch_numbers_after(store: BlobStore, seed: Seed = GENESIS) -> list[in
     return numbers
 
 
-async def all_batch_numbers(store: BlobStore) -> list[int]:
+async def all_batch_numbers(store: BlobStore) -> list[BatchNumber]:
     """Every batch number in the store, oldest first (pages through LIST)."""
     return await batch_numbers_after(store, GENESIS)
 
 
-def gapless_prefix(numbers: list[int], seed: Seed = GENESIS) -> list[int]:
+def gapless_prefix(numbers: list[BatchNumber], seed: Seed = GENESIS) -> list[BatchNumber]:
     """The numbers (oldest first) that follow the seed without a gap: the durable history.
     Nothing after the first gap is durable history yet."""
-    run: list[int] = []
+    run: list[BatchNumber] = []
     expected = seed.first_number
     for number in numbers:
         if number != expected:
             break
         run.append(number)
-        expected = number - 1
+        expected = BatchNumber(number - 1)
     return run
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from weaseldb.core.types import BatchNumber, Term, Version
+
 BATCHES = "batches/"
 TERMS = "terms/"
 SNAPSHOTS = "snapshots/"
@@ -18,11 +20,11 @@ LOG_START = "logstart/"
 MANIFEST_SUFFIX = ".manifest"
 
 
-def batch_key(number: int) -> str:
+def batch_key(number: BatchNumber) -> str:
     return f"{BATCHES}{number:020d}"
 
 
-def term_key(term: int) -> str:
+def term_key(term: Term) -> str:
     return f"{TERMS}{term:020d}"
 
 
@@ -71,32 +73,32 @@ def policy_entry(key: str) -> tuple[str, int | None] | None:
     return policy_id, int(number)
 
 
-def manifest_key(version: int) -> str:
+def manifest_key(version: Version) -> str:
     """The object whose existence publishes the snapshot at `version`."""
     return f"{SNAPSHOTS}{version:020d}{MANIFEST_SUFFIX}"
 
 
-def snapshot_dir(version: int) -> str:
+def snapshot_dir(version: Version) -> str:
     """Where the Parquet files of the snapshot at `version` live."""
     return f"{SNAPSHOTS}{version:020d}/"
 
 
-def request_index_key(newest_batch: int, oldest_batch: int) -> str:
+def request_index_key(newest_batch: BatchNumber, oldest_batch: BatchNumber) -> str:
     """A request-id index segment covering batches `oldest_batch` down to `newest_batch`
     (numbers count down, so newest <= oldest and an ascending LIST is newest first)."""
     return f"{REQUEST_IDS}{newest_batch:020d}-{oldest_batch:020d}"
 
 
-def request_index_span(key: str) -> tuple[int, int]:
+def request_index_span(key: str) -> tuple[BatchNumber, BatchNumber]:
     """(newest_batch, oldest_batch) of a segment key; ValueError for anything else."""
     tail = key.rsplit("/", 1)[-1]
     newest, _, oldest = tail.partition("-")
     if len(newest) != 20 or len(oldest) != 20 or not (newest + oldest).isdigit():
         raise ValueError(f"not a request-id index key: {key!r}")
-    return int(newest), int(oldest)
+    return BatchNumber(int(newest)), BatchNumber(int(oldest))
 
 
-def log_start_key(after_batch: int) -> str:
+def log_start_key(after_batch: BatchNumber) -> str:
     """A marker, written create-only by garbage collection before it deletes anything: the
     retained log starts right after batch `after_batch` (numbers count down, so the newest
     marker is listed first). Its body holds the validity seed at that batch."""
@@ -111,5 +113,5 @@ def number_of(key: str) -> int:
     return int(tail)
 
 
-def is_newer_term(candidate: int, than: int) -> bool:
+def is_newer_term(candidate: Term, than: Term) -> bool:
     return candidate < than

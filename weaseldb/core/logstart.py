@@ -14,15 +14,16 @@ from __future__ import annotations
 import msgspec
 
 from weaseldb.core import layout
-from weaseldb.core.store import AlreadyExists, BlobStore, NotFound
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import AlreadyExists, CorruptObject, NotFound
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import GENESIS, Seed
 
 
 class LogStart(msgspec.Struct, frozen=True):
-    after_batch: int  # the retained log starts right after this batch (a snapshot's batch)
-    term: int  # the newest valid term up to and including `after_batch`
-    version: int  # the last version at `after_batch`: history at or below it is truncated
+    after_batch: BatchNumber  # the retained log starts right after this batch (a snapshot's)
+    term: Term  # the newest valid term up to and including `after_batch`
+    version: Version  # the last version at `after_batch`: history at or below it is truncated
 
     @property
     def seed(self) -> Seed:

@@ -17,8 +17,9 @@ import msgspec
 import xxhash
 
 from weaseldb.core import layout
-from weaseldb.core.store import BlobStore, NotFound, list_all
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import CorruptObject, NotFound
+from weaseldb.core.store import BlobStore, list_all
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import Seed
 
 FORMAT_VERSION = 1
@@ -35,23 +36,23 @@ class SnapshotFile(msgspec.Struct, frozen=True):
 class SourceBatches(msgspec.Struct, frozen=True):
     """The batches folded into this snapshot since the previous one (numbers count down)."""
 
-    oldest: int | None  # None when no batch was new since the previous snapshot
-    newest: int | None
+    oldest: BatchNumber | None  # None when no batch was new since the previous snapshot
+    newest: BatchNumber | None
     count: int
 
 
 class Manifest(msgspec.Struct, frozen=True):
     format: int
-    version: int  # the state is the log up to and including this version
-    batch: int  # the last batch folded in
-    term: int  # the newest valid term up to and including `batch`
+    version: Version  # the state is the log up to and including this version
+    batch: BatchNumber  # the last batch folded in
+    term: Term  # the newest valid term up to and including `batch`
     created_at: str
     location: str  # directory of the Parquet files, relative to the prefix
     files: list[SnapshotFile]
     keys: int
     bytes: int
     source_batches: SourceBatches
-    previous: int | None  # version of the snapshot this one was folded onto
+    previous: Version | None  # version of the snapshot this one was folded onto
     checksum: str = ""
 
     @property
@@ -92,22 +93,22 @@ def b64(key: bytes) -> str:
     return base64.b64encode(key).decode("ascii")
 
 
-def version_of(key: str) -> int | None:
+def version_of(key: str) -> Version | None:
     """The version of a manifest key; None for any other key under ``snapshots/``."""
     tail = key.rsplit("/", 1)[-1]
     number = tail.removesuffix(layout.MANIFEST_SUFFIX)
     if number == tail or len(number) != 20 or not number.isdigit():
         return None
-    return int(number)
+    return Version(int(number))
 
 
-async def manifest_versions(store: BlobStore) -> list[int]:
+async def manifest_versions(store: BlobStore) -> list[Version]:
     """Versions of every published snapshot, oldest first (pages through LIST)."""
     keys = await list_all(store, layout.SNAPSHOTS)
     return [v for v in map(version_of, keys) if v is not None]
 
 
-async def read(store: BlobStore, version: int) -> Manifest:
+async def read(store: BlobStore, version: Version) -> Manifest:
     key = layout.manifest_key(version)
     return decode(await store.get(key), key=key)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import orjson
 
 from weaseldb.core import layout
-from weaseldb.core.store import BlobStore, NotFound, list_all
+from weaseldb.core.errors import NotFound
+from weaseldb.core.store import BlobStore, list_all
 
 
 async def documents(store: BlobStore, prefix: str = layout.RETENTION) -> list[tuple[str, int, str]]:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from weaseldb.core.types import Outcome, RequestId, Stage, Term, Version
+
 
 class Write(msgspec.Struct, tag="w", array_like=True, frozen=True):
     key: bytes
@@ -33,13 +35,13 @@ Operation = Write | Delete | RangeDelete
 
 class PointRead(msgspec.Struct, tag="p", array_like=True, frozen=True):
     key: bytes
-    version: int
+    version: Version
 
 
 class RangeRead(msgspec.Struct, tag="r", array_like=True, frozen=True):
     begin: bytes
     end: bytes
-    version: int
+    version: Version
 
 
 Precondition = PointRead | RangeRead
@@ -59,28 +61,18 @@ class CommitState(enum.IntEnum):
     FUTURE_READ = 8  # a precondition reads at a version not assigned yet: a 400, nothing done
 
 
-class ReplyStatus(enum.StrEnum):
-    """How the pipeline answers a commit (the gateway maps the last two to 503s)."""
-
-    COMMITTED = "committed"
-    NOT_COMMITTED = "not_committed"
-    NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
-    COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
-    BAD_REQUEST = "bad_request"  # refused as sent (a read version ahead of the database)
-
-
 class CommitEntry(msgspec.Struct, tag="c", array_like=True):
     origin: int  # gateway worker that owns the client connection
     ticket: int  # that worker's handle for the waiting request
-    request_id: str
+    request_id: RequestId
     preconditions: list[Precondition]
     operations: list[Operation]
     trace: str = ""  # W3C traceparent of the commit, so one commit is one trace
     state: CommitState = CommitState.NEW
-    version: int = 0
+    version: Version = Version(0)
     timestamp_ms: int = 0  # set with the version
     conflicts: list[tuple[int, str]] = []  # (precondition index, ConflictReason)
-    term: int = 0  # the term the sequencer gave it a version in; other terms drop it
+    term: Term = Term(0)  # the term the sequencer gave it a version in; other terms drop it
 
 
 class StatusEntry(msgspec.Struct, tag="s", array_like=True):
@@ -89,9 +81,9 @@ class StatusEntry(msgspec.Struct, tag="s", array_like=True):
 
     origin: int
     ticket: int
-    request_id: str
-    upper_bound: int = 0
-    term: int = 0  # the term whose sequencer banned the id; other terms cannot vouch for it
+    request_id: RequestId
+    upper_bound: Version = Version(0)
+    term: Term = Term(0)  # the term whose sequencer banned the id; other terms cannot vouch for it
 
 
 class TermStart(msgspec.Struct, tag="t", array_like=True):
@@ -101,10 +93,10 @@ class TermStart(msgspec.Struct, tag="t", array_like=True):
     stage acts on the first copy of a term and passes the others on: the persister uses
     each returning copy to tell its worker that the ring is closed (`TermJoined`)."""
 
-    term: int
+    term: Term
     leader_id: str
-    first_version: int  # the first version this term assigns
-    committed_version: int  # last durable version when the term opened
+    first_version: Version  # the first version this term assigns
+    committed_version: Version  # last durable version when the term opened
     window_file: str = ""  # request ids the sequencer must remember (file in the run dir)
     origin: int = -1  # the gateway worker that forwarded this copy
 
@@ -115,7 +107,7 @@ class Hello(msgspec.Struct, tag="h", array_like=True):
     means the ring lost state, so the persister opens a new term. A gateway worker only
     needs the current term announced to it again."""
 
-    stage: str
+    stage: Stage
     worker: int = 0
 
 
@@ -141,33 +133,34 @@ RingEntry = CommitEntry | StatusEntry | TermStart | Shutdown | Hello | Interest
 
 class CommitReply(msgspec.Struct, tag="C", array_like=True):
     ticket: int
-    status: str  # ReplyStatus
-    version: int
-    request_id: str
+    status: Outcome
+    version: Version
+    request_id: RequestId
     conflicts: list[tuple[int, str]] = []
     reason: str = ""
 
 
 class StatusReply(msgspec.Struct, tag="S", array_like=True):
     """Released once everything up to `upper_bound` is durable or failed. `outcome` and
-    `version` come from the persister's memory of recent outcomes ("" when the id is not
-    remembered); that memory covers every commit with a version >= `memory_floor`."""
+    `version` come from the persister's memory of recent outcomes (NOT_REMEMBERED, "" on
+    the wire, when the id is not); that memory covers every commit with a version >=
+    `memory_floor`."""
 
     ticket: int
-    request_id: str
-    upper_bound: int
-    committed_version: int
-    outcome: str = ""
-    version: int = 0
-    memory_floor: int = 0
+    request_id: RequestId
+    upper_bound: Version
+    committed_version: Version
+    outcome: Outcome = Outcome.NOT_REMEMBERED
+    version: Version = Version(0)
+    memory_floor: Version = Version(0)
     stale: bool = False  # banned by an earlier term's sequencer: ask again
 
 
 class EventTransaction(msgspec.Struct, array_like=True, frozen=True):
     """One committed (or accepted) transaction as the change stream shows it."""
 
-    version: int
-    request_id: str
+    version: Version
+    request_id: RequestId
     timestamp_ms: int
     operations: list[Operation]
 
@@ -178,7 +171,7 @@ class DurableEvents(msgspec.Struct, tag="D", array_like=True):
     is the version of the transaction released just before the first one (so the stream
     carries it without a lookup)."""
 
-    prev_version: int
+    prev_version: Version
     transactions: list[EventTransaction]
     sync: int = 0  # the Interest number this message answers (0: a regular round)
 
@@ -189,9 +182,9 @@ class AcceptedEvents(msgspec.Struct, tag="A", array_like=True):
     `resolved_through` is the newest version resolved so far, accepted or not, so the
     gateway knows how far the accepted stream is complete."""
 
-    term: int
-    prev_version: int
-    resolved_through: int
+    term: Term
+    prev_version: Version
+    resolved_through: Version
     transactions: list[EventTransaction]
     sync: int = 0  # the Interest number this message answers (0: a regular round)
 
@@ -200,9 +193,9 @@ class Progress(msgspec.Struct, tag="P", array_like=True):
     """Persister -> gateway: the durable version advanced (or the term changed).
     `store_full`: the store refuses writes for space; take no commits until it clears."""
 
-    committed_version: int
+    committed_version: Version
     leader_id: str
-    term: int
+    term: Term
     store_full: bool = False
 
 
@@ -211,7 +204,7 @@ class TermJoined(msgspec.Struct, tag="J", array_like=True):
     ring, so every entry the worker sent before forwarding it has been answered or is
     lost; the worker answers the ones still waiting as commit_unknown."""
 
-    term: int
+    term: Term
 
 
 class LeaderLost(msgspec.Struct, tag="L", array_like=True):

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from weaseldb.core import batchfile, layout, logstart
-from weaseldb.core.store import BlobStore, NotFound
-from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP
+from weaseldb.core.errors import NotFound
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP, BatchNumber, Term, Version
 from weaseldb.core.validity import GENESIS, valid_flags
 
 #: A deposed leader can only still write within this many numbers newer than the batch that
@@ -23,8 +24,8 @@ FENCE_LENGTH = MAX_IN_FLIGHT_LIMIT - 1
 
 @dataclass(frozen=True)
 class ListingScan:
-    watermark: int | None  # newest batch of the gapless durable region; None when empty
-    next_number: int  # the first gap: where the next batch goes
+    watermark: BatchNumber | None  # newest batch of the gapless durable region; None: empty
+    next_number: BatchNumber  # the first gap: where the next batch goes
 
 
 def scan_listing(numbers: Sequence[int], *, complete: bool) -> ListingScan:
@@ -36,41 +37,41 @@ def scan_listing(numbers: Sequence[int], *, complete: bool) -> ListingScan:
     was never written and the durable region is empty.
     """
     if not numbers or (complete and numbers[-1] != NUMBER_TOP):
-        return ListingScan(watermark=None, next_number=NUMBER_TOP)
+        return ListingScan(watermark=None, next_number=BatchNumber(NUMBER_TOP))
     watermark = numbers[-1]
     for number in reversed(numbers[:-1]):
         if number != watermark - 1:
             break
         watermark = number
-    return ListingScan(watermark=watermark, next_number=watermark - 1)
+    return ListingScan(watermark=BatchNumber(watermark), next_number=BatchNumber(watermark - 1))
 
 
 @dataclass(frozen=True)
 class Recovered:
-    watermark: int | None
-    next_number: int
-    last_version: int  # last version of the newest valid batch (0 for an empty log)
-    newest_term: int | None  # newest term among valid batches
+    watermark: BatchNumber | None
+    next_number: BatchNumber
+    last_version: Version  # last version of the newest valid batch (0 for an empty log)
+    newest_term: Term | None  # newest term among valid batches
 
 
 async def list_numbers(store: BlobStore, prefix: str, limit: int) -> list[int]:
     return [layout.number_of(key) for key in await store.list(prefix, limit=limit)]
 
 
-async def newest_claim(store: BlobStore) -> int | None:
+async def newest_claim(store: BlobStore) -> Term | None:
     """The newest term claimed so far: one LIST of one key."""
     numbers = await list_numbers(store, layout.TERMS, limit=1)
-    return numbers[0] if numbers else None
+    return Term(numbers[0]) if numbers else None
 
 
-async def recover(store: BlobStore, *, prior_term: int | None) -> Recovered:
+async def recover(store: BlobStore, *, prior_term: Term | None) -> Recovered:
     """One LIST of at most 1000 batch keys, then reads of the watermark batch (and, only when
     the watermark's term is not the newest claim, of up to FENCE_LENGTH batches before it
     to apply the validity rule)."""
     numbers = await list_numbers(store, layout.BATCHES, limit=MAX_IN_FLIGHT_LIMIT)
     scan = scan_listing(numbers, complete=len(numbers) < MAX_IN_FLIGHT_LIMIT)
     if scan.watermark is None:
-        return Recovered(None, scan.next_number, 0, None)
+        return Recovered(None, scan.next_number, Version(0), None)
     newest = await read_batch(store, scan.watermark)
     if newest.term == prior_term:
         return Recovered(scan.watermark, scan.next_number, newest.last_version, newest.term)
@@ -108,14 +109,14 @@ async def _read_back(
     numbers = [n for n in range(newest.batch + 1, newest.batch + 1 + FENCE_LENGTH) if n < stop]
     limit = asyncio.Semaphore(READ_BACK_PARALLELISM)
 
-    async def read(number: int) -> batchfile.Batch | None:
+    async def read(number: BatchNumber) -> batchfile.Batch | None:
         async with limit:
             try:
                 return await read_batch(store, number)
             except NotFound:
                 return None  # garbage-collected: the marker's seed covers it
 
-    older = await asyncio.gather(*(read(n) for n in numbers))
+    older = await asyncio.gather(*(read(BatchNumber(n)) for n in numbers))
     run = [newest]
     for found in older:
         if found is None:
@@ -126,6 +127,6 @@ async def _read_back(
     return run, start if start is not None and reached_start else None
 
 
-async def read_batch(store: BlobStore, number: int) -> batchfile.Batch:
+async def read_batch(store: BlobStore, number: BatchNumber) -> batchfile.Batch:
     key = layout.batch_key(number)
     return batchfile.decode(await store.get(key), key=key)

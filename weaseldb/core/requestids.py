@@ -36,8 +36,9 @@ import xxhash
 
 from weaseldb.core import layout
 from weaseldb.core.config import IdempotencyConfig
-from weaseldb.core.store import BlobStore, NotFound, list_all
-from weaseldb.core.types import CorruptObject
+from weaseldb.core.errors import CorruptObject, NotFound
+from weaseldb.core.store import BlobStore, list_all
+from weaseldb.core.types import BatchNumber, RequestId, Term, Version
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("version", "<u8"), ("ts_ms", "<u8")])
 Entries = npt.NDArray[np.void]
@@ -54,7 +55,7 @@ _MAX_BUCKET_BITS = 16
 _HEADER_READ = 64 * 1024
 
 
-def id_hash(request_id: str) -> int:
+def id_hash(request_id: RequestId) -> int:
     return xxhash.xxh3_128_intdigest(request_id.encode())
 
 
@@ -124,11 +125,11 @@ def window_loaded(promise: Promise, total: int, older: int) -> bool:
 
 
 class SegmentHeader(msgspec.Struct, frozen=True):
-    newest_batch: int
-    oldest_batch: int
-    term: int  # the newest valid term up to and including `newest_batch`
-    first_version: int  # versions of the covered batches: first_version..last_version
-    last_version: int
+    newest_batch: BatchNumber
+    oldest_batch: BatchNumber
+    term: Term  # the newest valid term up to and including `newest_batch`
+    first_version: Version  # versions of the covered batches: first_version..last_version
+    last_version: Version
     count: int
     created_at_ms: int
     bucket_bits: int
@@ -174,8 +175,8 @@ class SegmentHeader(msgspec.Struct, frozen=True):
 class SegmentSpan:
     """What a segment covers, known from its key alone."""
 
-    newest_batch: int
-    oldest_batch: int
+    newest_batch: BatchNumber
+    oldest_batch: BatchNumber
     key: str
 
 
@@ -192,11 +193,11 @@ def _bucket_bits(count: int) -> int:
 def encode_segment(
     entries: Entries,
     *,
-    newest_batch: int,
-    oldest_batch: int,
-    term: int,
-    first_version: int,
-    last_version: int,
+    newest_batch: BatchNumber,
+    oldest_batch: BatchNumber,
+    term: Term,
+    first_version: Version,
+    last_version: Version,
     created_at_ms: int,
     level: int = 0,
     promise: Promise | None = None,

@@ -32,6 +32,7 @@ import math
 
 from weaseldb.core.config import Config
 from weaseldb.core.idring import INDEX_BYTES_PER_ID
+from weaseldb.core.types import Stage
 
 MIB = 1 << 20
 BASE_BYTES = 90 * MIB
@@ -52,18 +53,18 @@ PERSISTER_COPIES = 4
 #: services/persister/app.py WORKER_BACKLOG_BYTES: frames queued per gateway worker.
 BACKLOG_BYTES = 64 * MIB
 MARGIN = 1.25
-STAGES_WITH_IDS = ("sequencer", "persister")
+STAGES_WITH_IDS = (Stage.SEQUENCER, Stage.PERSISTER)
 
 
-def needed_bytes(stage: str, config: Config) -> int:
+def needed_bytes(stage: Stage, config: Config) -> int:
     """What `stage` holds at the cap, its largest moment included."""
     ids = config.idempotency
     window_file = ids.request_id_max + ids.request_id_memory
-    if stage == "sequencer":
+    if stage == Stage.SEQUENCER:
         window = ids.request_id_max * (WINDOW_BYTES_PER_ID + INDEX_BYTES_PER_ID)
         faded = 2 * ids.request_id_memory * BLOOM_BYTES_PER_ID
         return int(BASE_BYTES + window + faded + window_file * ENTRY_BYTES * SEQUENCER_COPIES)
-    if stage == "persister":
+    if stage == Stage.PERSISTER:
         outcomes = ids.request_id_max * (OUTCOME_BYTES_PER_ID + INDEX_BYTES_PER_ID)
         merge = SEGMENTS_PER_TOP_MERGE * config.persister.index_segment_ids
         largest = max(window_file, merge) * ENTRY_BYTES * PERSISTER_COPIES
@@ -71,7 +72,7 @@ def needed_bytes(stage: str, config: Config) -> int:
     raise ValueError(f"{stage} holds no request ids")
 
 
-def memory_limit_mib(stage: str, config: Config) -> int:
+def memory_limit_mib(stage: Stage, config: Config) -> int:
     """The container memory limit for `stage`: what it needs with a margin, in MiB rounded
     up to a multiple of 64."""
     return math.ceil(needed_bytes(stage, config) * MARGIN / MIB / 64) * 64

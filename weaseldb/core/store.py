@@ -7,29 +7,13 @@ Every implementation honours the same contract, checked by one shared test suite
 - `put_if_absent` is create-only: it either stores the whole object durably or raises
   `AlreadyExists` (S3's 412) when the key exists. Transient failures raise `TransientError`,
   a write refused for space or quota `StoreFull` (leaving nothing behind), a missing key
-  `NotFound`, anything else a `BlobError` (all from weaseldb.core.errors).
+  `NotFound`, anything else a `StoreError` (all from weaseldb.core.errors).
 - `list` returns keys in ascending byte order, after `start_after`, at most `limit`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-from weaseldb.core.errors import AlreadyExists, NotFound, StoreError, StoreFull, TransientError
-
-__all__ = [
-    "AlreadyExists",
-    "BlobError",
-    "BlobStore",
-    "NotFound",
-    "StoreFull",
-    "TransientError",
-    "list_all",
-]
-
-
-#: The store's errors are the core's (weaseldb.core.errors); these names are the seam's own.
-BlobError = StoreError
 
 
 class BlobStore(Protocol):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 from typing import NewType
 
-from weaseldb.core.errors import CorruptObject, Deposed, NotLeader, StoreUnavailable, WeaselError
-
 Version = NewType("Version", int)
 Term = NewType("Term", int)
 BatchNumber = NewType("BatchNumber", int)
@@ -24,31 +22,35 @@ VERSION_MAX = 2**63 - 1
 MAX_IN_FLIGHT_LIMIT = 1000
 
 
+class Stage(enum.StrEnum):
+    """The four stage processes, in the order of their ports (the gateway's is the client
+    port, `weaseldb up --port N` gives the others N+1..N+3). The values are what the wire
+    (`Hello.stage`), the configuration's sections, port files and container names spell."""
+
+    GATEWAY = "gateway"
+    SEQUENCER = "sequencer"
+    RESOLVER = "resolver"
+    PERSISTER = "persister"
+
+    def process(self, worker: int = 0) -> str:
+        """One process's name (logs, port files, containers): gateway workers are numbered."""
+        return f"{self.value}-{worker}" if self is Stage.GATEWAY else self.value
+
+
 class Outcome(enum.StrEnum):
+    """What became of a commit: the pipeline's answer to it (`CommitReply.status`, the gateway
+    maps not_leader and commit_unknown to 503s), the persister's memory of it
+    (`StatusReply.outcome`) and the answer of `/v1/status`."""
+
     COMMITTED = "committed"
     NOT_COMMITTED = "not_committed"
-    LOG_TRUNCATED = "log_truncated"
+    NOT_LEADER = "not_leader"  # nothing was applied: safe to send anywhere again
+    COMMIT_UNKNOWN = "commit_unknown"  # may or may not have been applied
+    BAD_REQUEST = "bad_request"  # refused as sent (a read version ahead of the database)
+    LOG_TRUNCATED = "log_truncated"  # /v1/status: the log no longer reaches back to it
+    NOT_REMEMBERED = ""  # StatusReply: the persister's memory does not hold the id
 
 
 class ConflictReason(enum.StrEnum):
     CONFLICT = "conflict"
     TOO_OLD = "too_old"
-
-
-# The error vocabulary lives in weaseldb.core.errors; these names are kept for the modules that
-# import them from here.
-__all__ = [
-    "MAX_IN_FLIGHT_LIMIT",
-    "NUMBER_TOP",
-    "BatchNumber",
-    "ConflictReason",
-    "CorruptObject",
-    "Deposed",
-    "NotLeader",
-    "Outcome",
-    "RequestId",
-    "StoreUnavailable",
-    "Term",
-    "Version",
-    "WeaselError",
-]

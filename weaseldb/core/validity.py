@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from weaseldb.core.types import NUMBER_TOP
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Term
 
 #: Older than every real term: the state of a walk that has seen nothing yet.
-NO_TERM = NUMBER_TOP + 1
+NO_TERM = Term(NUMBER_TOP + 1)
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,13 @@ class Seed:
     """Where a walk starts: right after batch `after_batch` (None: at the first batch of
     the log), with `term` the newest valid term up to and including that batch."""
 
-    after_batch: int | None = None
-    term: int = NO_TERM
+    after_batch: BatchNumber | None = None
+    term: Term = NO_TERM
 
     @property
-    def first_number(self) -> int:
+    def first_number(self) -> BatchNumber:
         """The number of the first batch the walk reads (numbers count down)."""
-        return NUMBER_TOP if self.after_batch is None else self.after_batch - 1
+        return BatchNumber(NUMBER_TOP if self.after_batch is None else self.after_batch - 1)
 
 
 #: The start of a log nothing was ever deleted from.
@@ -50,7 +50,7 @@ class ValidityWalk:
     def __init__(self, seed: Seed = GENESIS) -> None:
         self.newest_term = seed.term
 
-    def admit(self, term: int) -> bool:
+    def admit(self, term: Term) -> bool:
         """True when a batch of `term` coming next is valid (and remember its term)."""
         if term <= self.newest_term:
             self.newest_term = term
@@ -58,7 +58,7 @@ class ValidityWalk:
         return False
 
 
-def valid_flags(terms_old_to_new: Iterable[int], seed: Seed = GENESIS) -> list[bool]:
+def valid_flags(terms_old_to_new: Iterable[Term], seed: Seed = GENESIS) -> list[bool]:
     """The validity rule over a gapless run of batches, oldest first."""
     walk = ValidityWalk(seed)
     return [walk.admit(term) for term in terms_old_to_new]

@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from weaseldb.core.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
+from weaseldb.core.types import Stage
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Inbox, Outbox
 from weaseldb.runtime.service import Health, HttpServer
@@ -39,7 +40,7 @@ Companion = Callable[[], Coroutine[Any, Any, None]]
 class RelayStage:
     def __init__(
         self,
-        name: str,
+        name: Stage,
         inbox: Inbox,
         outbox: Outbox,
         process: Process,

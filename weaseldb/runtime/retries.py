@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from weaseldb.core.config import PersisterConfig
-from weaseldb.core.store import TransientError
-from weaseldb.core.types import StoreUnavailable
+from weaseldb.core.errors import StoreUnavailable, TransientError
 
 T = TypeVar("T")
 

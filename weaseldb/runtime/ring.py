@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weaseldb.core.config import Config
+from weaseldb.core.types import Stage
 
 log = logging.getLogger("weaseldb.ring")
 
@@ -63,18 +64,20 @@ class Endpoints:
 
     @property
     def sequencer(self) -> str:
-        return self._endpoint("sequencer", self.config.ports.sequencer + 1000)
+        return self._endpoint(Stage.SEQUENCER, self.config.ports.sequencer + 1000)
 
     @property
     def resolver(self) -> str:
-        return self._endpoint("resolver", self.config.ports.resolver + 1000)
+        return self._endpoint(Stage.RESOLVER, self.config.ports.resolver + 1000)
 
     @property
     def persister(self) -> str:
-        return self._endpoint("persister", self.config.ports.persister + 1000)
+        return self._endpoint(Stage.PERSISTER, self.config.ports.persister + 1000)
 
     def gateway(self, worker: int) -> str:
-        return self._endpoint(f"gateway-{worker}", self.config.ports.gateway + 1100 + worker)
+        return self._endpoint(
+            Stage.GATEWAY.process(worker), self.config.ports.gateway + 1100 + worker
+        )
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from weaseldb.core import channels
 from weaseldb.core.channels import Readiness, Role
 from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, error_body
+from weaseldb.core.types import Stage
 from weaseldb.runtime import stalls
 
 log = logging.getLogger("weaseldb")
@@ -92,7 +93,7 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-def stage_app(name: str, health: Health) -> FastAPI:
+def stage_app(name: Stage, health: Health) -> FastAPI:
     app = FastAPI(title=f"WeaselDB {name}", docs_url=None, redoc_url=None)
     add_operations_routes(app, health)
     return app
@@ -239,7 +240,7 @@ class HttpServer:
         self._server.should_exit = True
 
 
-class Stage(Protocol):
+class StageLoop(Protocol):
     health: Health
 
     async def run(self, http: HttpServer) -> int:
@@ -274,7 +275,7 @@ def read_port_file(run_dir: str | Path, name: str) -> int | None:
 
 async def run_stage(
     name: str,
-    stage: Stage,
+    stage: StageLoop,
     app: ASGIApp,
     sock: socket.socket,
     run_dir: str,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weaseldb.core.config import Config
+from weaseldb.core.types import Stage
 
 log = logging.getLogger("weaseldb.up")
 
@@ -44,13 +45,13 @@ class ProcessSet:
         self._stop_requested = False
 
     def start(self) -> None:
-        self._spawn("persister")
-        self._spawn("resolver")
-        self._spawn("sequencer")
+        self._spawn(Stage.PERSISTER)
+        self._spawn(Stage.RESOLVER)
+        self._spawn(Stage.SEQUENCER)
         for worker in range(self._config.gateway.workers):
-            self._spawn("gateway", worker)
+            self._spawn(Stage.GATEWAY, worker)
 
-    def _spawn(self, name: str, worker: int = 0) -> None:
+    def _spawn(self, name: Stage, worker: int = 0) -> None:
         command = [
             *self._service_command,
             name,
@@ -63,8 +64,7 @@ class ProcessSet:
         process = subprocess.Popen(
             command, start_new_session=True, preexec_fn=lambda: _die_with_parent(parent)
         )
-        label = f"{name}-{worker}" if name == "gateway" else name
-        self._children.append(Child(label, process))
+        self._children.append(Child(name.process(worker), process))
 
     def request_stop(self, *_: object) -> None:
         self._stop_requested = True
@@ -88,7 +88,7 @@ class ProcessSet:
     def _drain(self) -> int:
         log.info("stopping: draining in-flight commits")
         for child in self._children:
-            if child.name.startswith("gateway"):
+            if child.name.startswith(Stage.GATEWAY):
                 _signal(child, signal.SIGTERM)
         deadline = time.monotonic() + self._config.drain_timeout_s + 5
         for child in self._children:

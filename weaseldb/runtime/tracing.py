@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from weaseldb.core.protocol import CommitEntry, RingEntry
+from weaseldb.core.types import Outcome, Stage
 
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
@@ -114,14 +115,14 @@ def start_commit(traceparent: str) -> tuple[trace.Span | None, str]:
     return span, carrier.get("traceparent", "")
 
 
-def end_commit(span: trace.Span | None, status: str, version: int) -> None:
+def end_commit(span: trace.Span | None, status: Outcome, version: int) -> None:
     if span is not None:
-        span.set_attribute("weaseldb.status", status)
+        span.set_attribute("weaseldb.status", status.value)
         span.set_attribute("weaseldb.version", version)
         span.end()
 
 
-def record_stage(name: str, entries: Iterable[RingEntry], start_ns: int, end_ns: int) -> None:
+def record_stage(name: Stage, entries: Iterable[RingEntry], start_ns: int, end_ns: int) -> None:
     """One span per traced commit a stage handled in one batch, from start_ns to end_ns."""
     if _tracer is None:
         return

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from weaseldb.core.store import AlreadyExists, NotFound, StoreFull
+from weaseldb.core.errors import AlreadyExists, NotFound, StoreFull
 from weaseldb.runtime.stores.dirwalk import is_number, list_keys, split_name
 
 log = logging.getLogger("weaseldb.store")

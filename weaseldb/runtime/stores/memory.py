@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from weaseldb.core.store import AlreadyExists, NotFound
+from weaseldb.core.errors import AlreadyExists, NotFound
 
 
 class MemoryStore:

@@ -6,7 +6,7 @@ S3 errors become the store's vocabulary in `_translate`: 412 -> AlreadyExists;
 409 ConditionalRequestConflict, 5xx, throttling and network errors -> TransientError (the
 persister retries them with backoff); a write refused for space or quota (507, MinIO's
 XMinioStorageFull, a quota code) -> StoreFull (nothing was stored; the persister waits it
-out); anything else (403, missing bucket) -> BlobError.
+out); anything else (403, missing bucket) -> StoreError.
 botocore's own retries are off: the persister's retry budget is the only one.
 """
 
@@ -27,8 +27,14 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from weaseldb.core.errors import WeaselError
-from weaseldb.core.store import AlreadyExists, BlobError, NotFound, StoreFull, TransientError
+from weaseldb.core.errors import (
+    AlreadyExists,
+    NotFound,
+    StoreError,
+    StoreFull,
+    TransientError,
+    WeaselError,
+)
 
 _TRANSIENT_CODES = {
     "ConditionalRequestConflict",
@@ -64,12 +70,12 @@ def _translate(error: Exception, key: str) -> WeaselError:
             return StoreFull(f"{key}: {code or status}")
         if status >= 500 or code in _TRANSIENT_CODES:
             return TransientError(f"{key}: {code or status}")
-        return BlobError(f"{key}: {code} ({status}): {error}")
+        return StoreError(f"{key}: {code} ({status}): {error}")
     if isinstance(
         error, (BotoConnectionError, HTTPClientError, BotoCoreError, OSError, TimeoutError)
     ):
         return TransientError(f"{key}: {type(error).__name__}: {error}")
-    return BlobError(f"{key}: {error}")
+    return StoreError(f"{key}: {error}")
 
 
 class S3Store:

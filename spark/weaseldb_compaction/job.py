@@ -16,6 +16,10 @@ garbage collection as a separate step (weaseldb.core.gc).
 4. Publish: the manifest, created with If-None-Match: *. Losing that race to another run
    at the same version removes this run's files and ends cleanly; a run killed before it
    publishes nothing (GC removes its files after a grace period).
+
+Longer than most modules, on purpose: this is the driver's whole sequence, each step a short
+function; the work each step hands to executors lives in fetch.py, plan.py and
+transforms.py.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ A separate step from compaction, safe to crash and rerun at any point:
 
 `choose_cut`, `deletable_from`, `WindowTally`, `expired_snapshots` and `abandoned` decide;
 `collect` does the reads and deletes.
+
+One module, longer than most, on purpose: the order of the steps above is the safety
+argument (a reader never needs what was deleted), so the rules and the one function that
+applies them in that order are read together, top to bottom.
 """
 
 from __future__ import annotations

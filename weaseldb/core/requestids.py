@@ -18,6 +18,10 @@ docs/architecture.md, "Idempotency and the request-id index").
   idempotency settings of the leader that wrote it (`Promise`): garbage collection keeps
   every segment a new term's window reads (`window_loaded`), whether its batches remain
   or not.
+
+One module, longer than most, on purpose: the segment format, the lookups and merges that
+read it and the window that outlives it share one hash, one entry layout and one promise;
+split, each part would re-state them.
 """
 
 from __future__ import annotations

@@ -5,11 +5,9 @@ port), and connects to the next stage. Frames are length-prefixed. A stage waits
 frame, then takes every other frame that has arrived, so it always handles everything
 waiting as one batch and forwards one frame.
 
-The sockets live on the stage's own event loop. A first version used ZeroMQ PUSH/PULL;
-ZeroMQ hands every message to an I/O thread on each side, so a hop costs three thread
-wake-ups instead of one. Measured here (two processes, 300-byte messages, uvloop): a round
-trip of two hops took 170-250 us with ZeroMQ and 85-100 us on plain Unix sockets, with
-less than half the CPU per message (docs/architecture.md, "The ring").
+The sockets live on the stage's own event loop, not behind a messaging library's I/O
+threads: a hop then costs one thread wake-up instead of three (bench/HISTORY.md,
+"2026-11-23: the ring off ZeroMQ").
 
 What the ring promises, the same as PUSH/PULL did:
 - frames from one sender arrive in the order sent;
@@ -19,6 +17,9 @@ What the ring promises, the same as PUSH/PULL did:
   stage dies, and a stage that restarts says Hello so the persister opens a new term;
 - backpressure: a sender waits while its peer's inbox holds `HIGH_WATER_MARK` frames not
   yet taken, or its socket buffer is full, rather than queueing without bound.
+
+Inbox, outbox and their frame reader are kept in one module: together they are the
+transport's whole contract above, and nothing else touches the sockets.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from weaseldb_operator.spec import Storage
 
-from tests.operator.helpers import condition, eventually, weaseldb
+from tests.operator.helpers import condition, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.logs import BatchSpec, build_log, write_log
 from tests.support.minio import MinioServer
@@ -94,7 +94,9 @@ def test_threshold_creates_one_application_and_status_follows_it(
     control_plane.apply(weaseldb("eager", namespace, spec))
     owner = control_plane.get("wdb", "eager", "-n", namespace)["metadata"]["uid"]
 
-    (first,) = eventually(lambda: apps(control_plane, namespace, "eager"), 40, "first run")
+    (first,) = control_plane.wait_for(
+        lambda: apps(control_plane, namespace, "eager"), 40, "first run"
+    )
     name = first["metadata"]["name"]
     assert name.startswith("eager-compaction-t")
     assert first["metadata"]["ownerReferences"][0]["uid"] == owner
@@ -111,16 +113,16 @@ def test_threshold_creates_one_application_and_status_follows_it(
         last = body.get("status", {}).get("lastCompaction") or {}
         return body if last.get("application") == name and last.get("state") == state else None
 
-    body = eventually(lambda: recorded("PENDING"), 30, "lastCompaction PENDING")
+    body = control_plane.wait_for(lambda: recorded("PENDING"), 30, "lastCompaction PENDING")
     assert condition(body, "CompactionHealthy")["reason"] == "NoCompactionYet"
 
     move(control_plane, namespace, name, "RUNNING")
-    eventually(lambda: recorded("RUNNING"), 30, "lastCompaction RUNNING")
+    control_plane.wait_for(lambda: recorded("RUNNING"), 30, "lastCompaction RUNNING")
     time.sleep(5)  # threshold still met: no second run while this one is not finished
     assert [a["metadata"]["name"] for a in apps(control_plane, namespace, "eager")] == [name]
 
     move(control_plane, namespace, name, "FAILED", "driver OOMKilled")
-    body = eventually(lambda: recorded("FAILED"), 30, "lastCompaction FAILED")
+    body = control_plane.wait_for(lambda: recorded("FAILED"), 30, "lastCompaction FAILED")
     healthy = condition(body, "CompactionHealthy")
     assert (healthy["status"], healthy["reason"]) == ("False", "CompactionFailed")
     assert "driver OOMKilled" in healthy["message"]
@@ -131,12 +133,12 @@ def test_threshold_creates_one_application_and_status_follows_it(
         found = apps(control_plane, namespace, "eager")
         return found[1] if len(found) == 2 else None
 
-    second = eventually(second_run, 90, "second run")
+    second = control_plane.wait_for(second_run, 90, "second run")
     assert len(running(apps(control_plane, namespace, "eager"))) == 1
     publish_snapshot(store_url, 3)
     move(control_plane, namespace, second["metadata"]["name"], "COMPLETED")
     name = second["metadata"]["name"]
-    body = eventually(
+    body = control_plane.wait_for(
         lambda: (
             (b := recorded("COMPLETED")) and b["status"]["lastCompaction"].get("version") == 3 and b
         ),
@@ -157,7 +159,9 @@ def test_schedule_creates_an_application_per_slot(
         "compaction": {"image": "weaseldb-spark:test", "schedule": "* * * * *", "gc": False},
     }
     control_plane.apply(weaseldb("nightly", namespace, spec))
-    (first,) = eventually(lambda: apps(control_plane, namespace, "nightly"), 90, "scheduled run")
+    (first,) = control_plane.wait_for(
+        lambda: apps(control_plane, namespace, "nightly"), 90, "scheduled run"
+    )
     slot = first["metadata"]["labels"]["weaseldb.io/compaction-slot"]
     assert slot.startswith("c") and first["metadata"]["name"] == f"nightly-compaction-{slot}"
     assert "--gc" not in first["spec"]["arguments"]

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from weaseldb_operator.kube import Kube, KubeError
 from weaseldb_operator.observer import Observer
 
-from tests.operator.helpers import eventually, weaseldb
+from tests.operator.helpers import weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from weaseldb import layout
@@ -131,7 +131,7 @@ def test_an_unreadable_claim_is_reported_and_observation_goes_on(
         found = [c for c in status.get("conditions", []) if c["type"] == kind]
         return found[0] if found else None
 
-    degraded = eventually(
+    degraded = control_plane.wait_for(
         lambda: (c := condition("Degraded")) and c["status"] == "True" and c, what="Degraded"
     )
     assert key in degraded["message"]
@@ -144,7 +144,7 @@ def test_an_unreadable_claim_is_reported_and_observation_goes_on(
         await store.close()
 
     asyncio.run(repair())
-    leader = eventually(
+    leader = control_plane.wait_for(
         lambda: control_plane.get("weaseldb", "claims", "-n", namespace)["status"].get("leader"),
         what="the leader after the claim was repaired",
     )

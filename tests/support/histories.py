@@ -23,7 +23,6 @@ import asyncio
 import base64
 import contextlib
 import random
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ import httpx
 
 from tests.support.background import Background
 from tests.support.sse import parse
+from tests.support.waiting import wait_for
 
 KEYS = [b"k%d" % i for i in range(8)]
 
@@ -203,17 +203,18 @@ class Workload(Background):
 def retry(url: str, attempt: Attempt, *, timeout: float = 60) -> Attempt:
     """Send the same commit again (same request id and body) until the set answers."""
     with httpx.Client(base_url=url, timeout=20) as client:
-        for _ in range(int(timeout / 0.2)):
+
+        def answered() -> Attempt | None:
             try:
                 again = classify(
                     client.post("/v1/commit", json=attempt.body), Attempt(attempt.body)
                 )
             except httpx.HTTPError:
                 again = Attempt(attempt.body, outcome="unknown")
-            if again.outcome != "not_leader":
-                return again
-            threading.Event().wait(0.2)
-    raise AssertionError(f"no leader answered a retry of {attempt.request_id}")
+            return None if again.outcome == "not_leader" else again
+
+        what = f"a leader answering a retry of {attempt.request_id}"
+        return wait_for(answered, timeout, what, interval=0.2)
 
 
 @dataclass(frozen=True)
@@ -277,10 +278,12 @@ class LogFollower(Background):
     def caught_up(self, url: str, *, timeout: float = 60) -> list[Logged]:
         """The log up to the version the set reports committed now; then stops."""
         target = int(httpx.get(f"{url}/v1/version", timeout=10).json()["version"])
-        deadline = time.monotonic() + timeout
-        while self.committed < target and not self.gaps:
-            assert time.monotonic() < deadline, f"the follower did not reach {target}"
-            time.sleep(0.1)
+        wait_for(
+            lambda: self.committed >= target or self.gaps,
+            timeout,
+            f"the follower reaching version {target}",
+            interval=0.1,
+        )
         self.stop()
         assert not self.gaps, self.gaps
         return list(self.log)

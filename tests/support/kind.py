@@ -188,6 +188,14 @@ class KindCluster:
             *_ns(namespace), "apply", "--server-side", "--force-conflicts", "-f", "-", input=text
         )
 
+    def create_namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete the namespace without waiting: the namespace controller deletes what is
+        in it, the operator purging the stores of databases that ask for it."""
+        self.kubectl("delete", "namespace", name, "--wait=false")
+
     def images(self, *names: str) -> dict[str, str]:
         """Build (cached) and load project images; NAME -> image reference."""
         return run_script("images", *names)

@@ -124,10 +124,10 @@ class ControlPlane:
         return self
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.processes.append(
-            subprocess.Popen([str(TOOLS / name), *args], stdout=log, stderr=subprocess.STDOUT)
-        )
+        with open(self.root / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            self.processes.append(
+                subprocess.Popen([str(TOOLS / name), *args], stdout=log, stderr=subprocess.STDOUT)
+            )
 
     def _start_etcd(self, port: int) -> None:
         peer = f"http://127.0.0.1:{port + 1}"
@@ -244,6 +244,16 @@ class ControlPlane:
         """`waiting.wait_for` at the API server's pace (one kubectl call a try), with
         NOT_YET counted as "not yet"."""
         return wait_for(condition, timeout, what, interval=0.2, retry_on=NOT_YET)
+
+    def create_namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete the namespace without waiting. With no controller-manager here nothing
+        would delete its objects, so its WeaselDBs are deleted first: the session's
+        operator then stops observing them (and purges the store of those that ask)."""
+        self.kubectl("delete", "weaseldbs", "--all", "-n", name, "--wait=false")
+        self.kubectl("delete", "namespace", name, "--wait=false")
 
     def install_crds(self) -> None:
         for path in crd_files():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,28 @@ def running(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         a for a in items
         if ((a.get("status") or {}).get("applicationState") or {}).get("state") not in done
     ]  # fmt: skip
+
+
+def observed_again(plane: ControlPlane, ns: str, db: str) -> None:
+    """Return once the operator has observed `db` again after this call, compaction
+    included, so that a test can then assert what that observation did not do.
+
+    It bumps the database's generation (leaderFailoverSeconds: with no pods and no term
+    claim, nothing reads it here) and waits for the LeaderElected condition to carry the
+    new generation. Only the observer writes LeaderElected (the reconciler writes Ready
+    and observedGeneration), and Observer.observe decides compaction before it writes the
+    status: the observation that wrote it listed the SparkApplications after this call."""
+    seconds = int(plane.get("wdb", db, "-n", ns)["spec"].get("leaderFailoverSeconds", 30)) + 1
+    generation = int(plane.kubectl(
+        "patch", "wdb", db, "-n", ns, "--type=merge", "-o", "jsonpath={.metadata.generation}",
+        "-p", json.dumps({"spec": {"leaderFailoverSeconds": seconds}}),
+    ).stdout)  # fmt: skip
+
+    def leader_elected_generation() -> bool:
+        body = plane.get("wdb", db, "-n", ns)
+        return condition(body, "LeaderElected").get("observedGeneration") == generation
+
+    plane.wait_for(leader_elected_generation, 30, f"the observer at generation {generation}")
 
 
 def write_batches(store_url: str, count: int) -> None:
@@ -118,7 +139,8 @@ def test_threshold_creates_one_application_and_status_follows_it(
 
     move(control_plane, namespace, name, "RUNNING")
     control_plane.wait_for(lambda: recorded("RUNNING"), 30, "lastCompaction RUNNING")
-    time.sleep(5)  # threshold still met: no second run while this one is not finished
+    observed_again(control_plane, namespace, "eager")
+    # The threshold is still met, and yet no second run while this one is not finished.
     assert [a["metadata"]["name"] for a in apps(control_plane, namespace, "eager")] == [name]
 
     move(control_plane, namespace, name, "FAILED", "driver OOMKilled")
@@ -165,7 +187,7 @@ def test_schedule_creates_an_application_per_slot(
     slot = first["metadata"]["labels"]["weaseldb.io/compaction-slot"]
     assert slot.startswith("c") and first["metadata"]["name"] == f"nightly-compaction-{slot}"
     assert "--gc" not in first["spec"]["arguments"]
-    time.sleep(3)
+    observed_again(control_plane, namespace, "nightly")
     assert len(apps(control_plane, namespace, "nightly")) == 1  # idempotent within the slot
 
 

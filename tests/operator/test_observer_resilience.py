@@ -63,9 +63,14 @@ class SurprisingKube:
     def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
         self.lists = 0
+        #: Set at the second LIST after the last surprise: the loop went round after each.
+        self.calm = asyncio.Event()
+        self._calm_at = len(answers) + 2
 
     async def list(self, path: str, selector: Any = None) -> list[dict[str, Any]]:
         self.lists += 1
+        if self.lists >= self._calm_at:
+            self.calm.set()
         answer = self.answers.pop(0) if self.answers else []
         if isinstance(answer, Exception):
             raise answer
@@ -93,9 +98,12 @@ def test_the_observer_loop_outlives_unexpected_errors() -> None:
         before = errors_counted()
         observer = Observer(kube, None, interval=0.01)  # type: ignore[arg-type]
         task = asyncio.create_task(observer.run())
-        await asyncio.sleep(0.5)
+        calm = asyncio.create_task(kube.calm.wait())
+        # Until the loop listed twice after the last surprise, or died (then `alive` fails).
+        await asyncio.wait([task, calm], timeout=10, return_when=asyncio.FIRST_COMPLETED)
         alive = not task.done()
         task.cancel()
+        calm.cancel()
         return kube.lists, alive, errors_counted() - before
 
     lists, alive, errors = asyncio.run(scenario())

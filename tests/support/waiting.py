@@ -52,10 +52,14 @@ def http_ok(url: str) -> bool:
 def stop_process(
     process: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 10
 ) -> None:
-    """SIGTERM, then SIGKILL if it is still there after `grace` seconds."""
+    """SIGTERM, then SIGKILL if it is still there after `grace` seconds; then close our
+    ends of its pipes (left open, they are a ResourceWarning when collected)."""
     process.terminate()
     try:
         process.wait(grace)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

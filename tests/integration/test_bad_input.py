@@ -223,6 +223,9 @@ def test_a_body_cut_short_is_never_committed(running: Running) -> None:
         b"POST /v1/commit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body[: len(body) // 2]),
     )
+    # Nothing observable marks the server done with a dropped request: these pauses give
+    # it the time a wrong commit would take to show (milliseconds here); the lookup below
+    # then bans the id, so none can land later either.
     time.sleep(0.3)
     connection.close()
     time.sleep(0.5)

@@ -1,6 +1,6 @@
 """Fixtures of the kind tier: the cluster (hack/e2e-cluster.sh up), the project images
-loaded into it, MinIO and the Spark operator in the cluster, the chart installed, and a
-fresh namespace per test.
+loaded into it, MinIO and the Spark operator in the cluster, the chart installed, and the
+cluster for a fresh namespace per test (`namespace`, tests/conftest.py).
 
 Every test module sets `pytestmark = KIND_TIER` (tests/e2e/__init__.py): the xdist
 group "kind" (one worker runs them all, against one cluster) and the marks `e2e` and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def images(kind_cluster: KindCluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def minio(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
+def cluster_minio(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
     """MinIO in namespace `minio` with the bucket `weaseldb`
     (tests/e2e/manifests/minio.yaml); the host reads it through NodePort 30900."""
     kind_cluster.apply(MANIFESTS / "minio.yaml")
@@ -110,11 +109,11 @@ def spark_operator(kind_cluster: KindCluster, images: dict[str, str]) -> KindClu
 
 
 @pytest.fixture(scope="session")
-def weaseldb_operator(minio: KindCluster) -> Iterator[KindCluster]:
+def weaseldb_operator(cluster_minio: KindCluster) -> Iterator[KindCluster]:
     """`helm install` of charts/weaseldb (examples/values-dev.yaml: the local image) with
     the operator reading term claims with MinIO's keys. A release left by an earlier
     session is uninstalled first, so every session really installs the chart."""
-    cluster = minio
+    cluster = cluster_minio
     if RELEASE in cluster.helm("list", "-n", OPERATOR_NAMESPACE, "-q").split():
         cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait")
     cluster.apply(
@@ -147,10 +146,7 @@ def s3_secret(namespace: str) -> dict[str, object]:
     }
 
 
-@pytest.fixture
-def namespace(kind_cluster: KindCluster) -> Iterator[str]:
-    """A fresh namespace, deleted (without waiting) after the test."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    kind_cluster.kubectl("create", "namespace", name)
-    yield name
-    kind_cluster.kubectl("delete", "namespace", name, "--wait=false")
+@pytest.fixture(scope="session")
+def kube(kind_cluster: KindCluster) -> KindCluster:
+    """The cluster the shared `namespace` fixture (tests/conftest.py) makes namespaces on."""
+    return kind_cluster

@@ -88,7 +88,7 @@ def test_leader_pod_deleted_under_load_fails_over_without_losing_a_commit(
     )
     old = leader_pod(cluster, namespace, name)
     old_term = cluster.get("weaseldb", name, namespace)["status"]["leader"]["term"]
-    workload = Workload(url, clients=8).start()
+    workload = Workload(url, concurrency=8).start()
     try:
         commits_grow_by(cluster, workload, 150, namespace)
         deleted_at = time.monotonic()
@@ -118,7 +118,7 @@ def test_one_stage_container_killed_in_the_leader_pod_recovers_alone(
     cluster, name = weaseldb_operator, "stages"
     url = start_database(cluster, images["weaseldb"], namespace, name, replicas=1)
     pod_name = leader_pod(cluster, namespace, name)["metadata"]["name"]
-    workload = Workload(url, clients=8).start()
+    workload = Workload(url, concurrency=8).start()
     try:
         for stage in ("sequencer", "resolver", "gateway", "persister"):
             commits_grow_by(cluster, workload, 60, namespace)
@@ -164,7 +164,7 @@ def test_config_change_rolls_the_pods_without_losing_a_commit(
         cluster, images["weaseldb"], namespace, name, replicas=2, leaderFailoverSeconds=5
     )
     before = {p["metadata"]["uid"] for p in pods_of(cluster, namespace, name)}
-    workload = Workload(url, clients=8).start()
+    workload = Workload(url, concurrency=8).start()
     try:
         commits_grow_by(cluster, workload, 150, namespace)
         changed_at = time.monotonic()

@@ -5,10 +5,10 @@ Ready and the printer columns are filled."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import KIND_TIER
 from tests.e2e.databases import (
@@ -91,13 +91,54 @@ def test_example_weaseldb_with_two_replicas_becomes_ready(
         ("PodDisruptionBudget", NAME),
     }
 
-    # Probes keep passing: a few liveness periods later nothing restarted and no
-    # liveness probe failed.
-    time.sleep(25)
+    # Probes keep passing: once the kubelet has probed every container's liveness
+    # failureThreshold more times (that many misses in a row restart a container, so each
+    # container had its chance to fail), nothing restarted and no liveness probe failed.
+    wait_probed(cluster, namespace, list(pods.values()))
     for pod in pods_of(cluster, namespace, NAME):
         restarts = {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]}
         assert not any(restarts.values()), (pod["metadata"]["name"], restarts)
     assert not liveness_failures(cluster, namespace)
+
+
+def liveness_successes(cluster: KindCluster, namespace: str, node: str) -> dict[str, float]:
+    """Successful liveness probes of each `pod/container` in `namespace`, as the kubelet of
+    `node` counts them (prober_probe_total on its /metrics/probes, through the API
+    server's node proxy)."""
+    text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics/probes")
+    return {
+        f"{s.labels['pod']}/{s.labels['container']}": s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "prober_probe_total"
+        and s.labels.get("namespace") == namespace
+        and s.labels.get("probe_type") == "Liveness"
+        and s.labels.get("result") == "successful"
+    }
+
+
+def wait_probed(cluster: KindCluster, namespace: str, pods: list[dict[str, Any]]) -> None:
+    """Until every container of `pods` passed its liveness probe failureThreshold more
+    times than now."""
+    wanted = {
+        f"{pod['metadata']['name']}/{c['name']}": c["livenessProbe"].get("failureThreshold", 3)
+        for pod in pods
+        for c in pod["spec"]["containers"]
+    }
+    (node,) = {pod["spec"]["nodeName"] for pod in pods}
+    before = liveness_successes(cluster, namespace, node)
+    slowest = max(
+        c["livenessProbe"].get("periodSeconds", 10) * c["livenessProbe"].get("failureThreshold", 3)
+        for pod in pods
+        for c in pod["spec"]["containers"]
+    )
+
+    def probed() -> bool:
+        now = liveness_successes(cluster, namespace, node)
+        return all(now.get(k, 0) - before.get(k, 0) >= n for k, n in wanted.items())
+
+    what = f"{len(wanted)} containers passing their liveness probe failureThreshold more times"
+    cluster.wait_for(probed, 4 * slowest, what, namespace)
 
 
 def printer_columns(cluster: KindCluster, namespace: str) -> dict[str, str]:

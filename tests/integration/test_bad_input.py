@@ -223,6 +223,9 @@ def test_a_body_cut_short_is_never_committed(running: Running) -> None:
         b"POST /v1/commit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body[: len(body) // 2]),
     )
+    # Nothing observable marks the server done with a dropped request: these pauses give
+    # it the time a wrong commit would take to show (milliseconds here); the lookup below
+    # then bans the id, so none can land later either.
     time.sleep(0.3)
     connection.close()
     time.sleep(0.5)
@@ -238,33 +241,33 @@ def test_a_body_cut_short_is_never_committed(running: Running) -> None:
 def test_a_short_body_on_an_open_connection_is_closed_after_the_request_timeout(
     running: Running,
 ) -> None:
-    connection = raw_request(
+    with raw_request(
         running.url, b"POST /v1/commit HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
-    )
-    assert closed_by_server(connection, within=REQUEST_TIMEOUT_S + 5)
+    ) as connection:
+        assert closed_by_server(connection, within=REQUEST_TIMEOUT_S + 5)
 
 
 def test_trickled_headers_are_cut_off_after_the_request_timeout(running: Running) -> None:
-    connection = raw_request(running.url, b"GET /v1/version HTTP/1.1\r\n")
-    started = time.monotonic()
-    for _ in range(int(REQUEST_TIMEOUT_S * 4)):
-        try:
-            connection.sendall(b"X-Slow: 1\r\n")
-        except OSError:
-            break
-        time.sleep(0.5)
-    assert closed_by_server(connection, within=5)
+    with raw_request(running.url, b"GET /v1/version HTTP/1.1\r\n") as connection:
+        started = time.monotonic()
+        for _ in range(int(REQUEST_TIMEOUT_S * 4)):
+            try:
+                connection.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                break
+            time.sleep(0.5)  # a slow client's pace, not a wait
+        assert closed_by_server(connection, within=5)
     assert time.monotonic() - started < REQUEST_TIMEOUT_S + 5
 
 
 def test_an_idle_connection_that_never_speaks_is_closed(running: Running) -> None:
-    connection = raw_request(running.url, b"")
-    assert closed_by_server(connection, within=REQUEST_TIMEOUT_S + 5)
+    with raw_request(running.url, b"") as connection:
+        assert closed_by_server(connection, within=REQUEST_TIMEOUT_S + 5)
 
 
 def test_not_http_at_all_gets_a_json_400(running: Running) -> None:
-    connection = raw_request(running.url, b"\x16\x03\x01 this is not HTTP\r\n\r\n")
-    answer = connection.recv(4096)
+    with raw_request(running.url, b"\x16\x03\x01 this is not HTTP\r\n\r\n") as connection:
+        answer = connection.recv(4096)
     assert answer.startswith(b"HTTP/1.1 400")
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "bad_request"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,10 @@ def test_status_answers(cluster: ProcessSet) -> None:
 # Subscribe
 
 
+def more_commits(load: Load, count: int) -> bool:
+    return len(load.acknowledged) >= count
+
+
 def test_subscribers_at_different_points_see_one_gapless_sequence(
     cluster: ProcessSet, tmp_path: Path
 ) -> None:
@@ -131,7 +135,8 @@ def test_subscribers_at_different_points_see_one_gapless_sequence(
             subs.append(
                 Subscription(cluster.url, {"after": str(after), "durable": "false"}).start()
             )
-            time.sleep(0.2)
+            # The next pair joins at a later point: only after more commits went through.
+            wait_for(partial(more_commits, load, len(load.acknowledged) + 20), what="20 more")
         subs.append(Subscription(cluster.url, {}).start())  # live only
         wait_for(lambda: len(load.acknowledged) >= 300, what="300 commits")
     finally:

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
 from tests.support.minio import MinioServer
+from tests.support.waiting import wait_for
 from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
@@ -80,13 +80,13 @@ def compact_and_collect(store_url: str) -> str:
 def answered(client: httpx.Client, request_id: str) -> httpx.Response:
     """A commit's answer once a leader takes it (not_leader: nothing was applied while
     the set changes term after a restart)."""
-    deadline = time.monotonic() + 60
-    while True:
+
+    def taken() -> httpx.Response | None:
         answer = commit(client, request_id)
-        if answer.status_code != 503 or answer.json()["error"] != "not_leader":
-            return answer
-        assert time.monotonic() < deadline, answer.text
-        time.sleep(0.2)
+        leaderless = answer.status_code == 503 and answer.json()["error"] == "not_leader"
+        return None if leaderless else answer
+
+    return wait_for(taken, 60, f"a leader taking {request_id}", interval=0.2)
 
 
 def assert_promise_holds(url: str, r_version: int) -> None:

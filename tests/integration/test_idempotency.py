@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster import ProcessSet, ServiceSet, free_port_block, short_run_dir
+from tests.support.cluster import ProcessSet, ServiceSet, free_port_block, metric, short_run_dir
 from tests.support.waiting import wait_for
 from weaseldb.core.history import committed_transactions
 from weaseldb.core.types import Stage
@@ -188,9 +188,20 @@ def test_nothing_applied_is_not_leader_and_maybe_applied_is_commit_unknown(
                 ]
                 return list(await asyncio.gather(*sends))
 
+        resolver = services.stage_url(Stage.RESOLVER)
+        passed = metric(resolver, "weaseldb_stage_entries_total", '{stage="resolver"}') + 5
+
+        def past_the_resolver() -> bool:
+            entries = metric(resolver, "weaseldb_stage_entries_total", '{stage="resolver"}')
+            return entries >= passed
+
         waiting = asyncio.new_event_loop()
         pending = waiting.create_task(in_flight())
-        waiting.run_until_complete(asyncio.sleep(0.5))
+        # Until the five passed the resolver, the persister's neighbour upstream: they wait
+        # in the ring for it (no other entries flow here: no subscriber, no new term).
+        waiting.run_until_complete(
+            asyncio.to_thread(wait_for, past_the_resolver, 30, "five commits past the resolver")
+        )
         os.kill(persister.pid, signal.SIGKILL)
         persister.wait(10)
         started = time.monotonic()

@@ -34,7 +34,7 @@ def test_a_sequencer_up_long_before_the_resolver_is_not_taken_for_a_restart(
             services.start_stage(Stage.SEQUENCER)
             sequencer = services.stage_url(Stage.SEQUENCER)
             wait_for(lambda: http_ok(f"{sequencer}/healthz"), 30, "sequencer")  # noqa: B023
-            time.sleep(1.0)
+            time.sleep(1.0)  # the scenario's gap: the sequencer up a while, resolver not yet
             services.start_stage(Stage.RESOLVER)
             services.start_stage(Stage.GATEWAY)
             services.wait_ready(60)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,20 @@ from weaseldb.core.validity import valid_flags
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
+
+
+def kept_and_committing(
+    store_url: str, set_url: str, acknowledged: dict[str, int]
+) -> dict[str, Any]:
+    """Every acknowledged commit is in the store's valid log at its version; then the
+    answer to one more commit, sent to the (restarted) set."""
+    log = valid_log(store_url)
+    assert all(log.get(r) == v for r, v in acknowledged.items())
+    answer: dict[str, Any] = httpx.post(
+        f"{set_url}/v1/commit",
+        json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
+    ).json()
+    return answer
 
 
 def valid_log(url: str) -> dict[str, int]:
@@ -85,12 +100,7 @@ def test_commits_survive_restart_and_recovery_lists_batches_once(
             metric(persister, "weaseldb_store_requests_total", '{area="batches/",op="list"}') == 1
         )
         assert metric(persister, "weaseldb_store_requests_total", '{area="terms/",op="list"}') == 1
-        log = valid_log(url)
-        assert all(log.get(r) == v for r, v in load.acknowledged.items())
-        answer = httpx.post(
-            f"{second.url}/v1/commit",
-            json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
-        ).json()
+        answer = kept_and_committing(url, second.url, load.acknowledged)
         assert answer["version"] > max(load.acknowledged.values())
     finally:
         assert second.stop() == 0
@@ -187,12 +197,7 @@ def test_store_outage_fails_cleanly_and_the_set_recovers(minio: MinioServer, run
         own.start()
         restarted = s3_set(url, run_dir, cluster.port).start()
         try:
-            log = valid_log(url)
-            assert all(log.get(r) == v for r, v in load.acknowledged.items())
-            after = httpx.post(
-                f"{restarted.url}/v1/commit",
-                json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
-            ).json()
+            after = kept_and_committing(url, restarted.url, load.acknowledged)
             assert after["status"] == "committed"
         finally:
             assert restarted.stop() == 0

@@ -73,7 +73,7 @@ def run_through_a_full_store(cluster: ProcessSet, fs: SmallFilesystem) -> None:
     """Load, fill the file system, check the answers while full, free it, check it
     resumes and the history holds."""
     url = cluster.url
-    workload = Workload(url, clients=8).start()
+    workload = Workload(url, concurrency=8).start()
     try:
         wait_for(lambda: workload.count("committed") >= 150, 60, "150 commits")
         fs.fill()

@@ -32,7 +32,11 @@ def test_a_commit_is_one_trace_across_the_ring(
     finally:
         assert cluster.stop() == 0  # a clean stop flushes every exporter
 
-    spans = [json.loads(line) for path in tmp_path.glob("trace-*.jsonl") for line in path.open()]
+    spans = [
+        json.loads(line)
+        for path in tmp_path.glob("trace-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
     ours = [s for s in spans if s["trace_id"] == TRACE_ID]
     by_name = {s["name"]: s for s in ours}
     assert set(by_name) == {"commit", "sequencer", "resolver", "persister"}

@@ -1,12 +1,11 @@
 """Fixtures for the operator tiers: one real control plane per session (per xdist worker),
 the CRDs installed on it, the operator running as a subprocess (`weaseldb operator`),
-and a fresh namespace per test."""
+and the cluster for a fresh namespace per test (`namespace`, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,8 +47,7 @@ def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
         stop_process(process, grace=20)
 
 
-@pytest.fixture
-def namespace(control_plane: ControlPlane) -> str:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    control_plane.kubectl("create", "namespace", name)
-    return name
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> ControlPlane:
+    """The cluster the shared `namespace` fixture (tests/conftest.py) makes namespaces on."""
+    return control_plane

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.support.kube import ControlPlane
 
-T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 30, what: str = "") -> T:
-    """Poll `check` until it returns something truthy; its last exception or result explains
-    a timeout."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (AssertionError, KeyError, RuntimeError, StopIteration) as e:
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}: last {last!r}")
 
 
 def weaseldb(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from weaseldb_operator.spec import Storage
 
-from tests.operator.helpers import condition, eventually, weaseldb
+from tests.operator.helpers import condition, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.logs import BatchSpec, build_log, write_log
 from tests.support.minio import MinioServer
@@ -54,6 +53,28 @@ def running(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         a for a in items
         if ((a.get("status") or {}).get("applicationState") or {}).get("state") not in done
     ]  # fmt: skip
+
+
+def observed_again(plane: ControlPlane, ns: str, db: str) -> None:
+    """Return once the operator has observed `db` again after this call, compaction
+    included, so that a test can then assert what that observation did not do.
+
+    It bumps the database's generation (leaderFailoverSeconds: with no pods and no term
+    claim, nothing reads it here) and waits for the LeaderElected condition to carry the
+    new generation. Only the observer writes LeaderElected (the reconciler writes Ready
+    and observedGeneration), and Observer.observe decides compaction before it writes the
+    status: the observation that wrote it listed the SparkApplications after this call."""
+    seconds = int(plane.get("wdb", db, "-n", ns)["spec"].get("leaderFailoverSeconds", 30)) + 1
+    generation = int(plane.kubectl(
+        "patch", "wdb", db, "-n", ns, "--type=merge", "-o", "jsonpath={.metadata.generation}",
+        "-p", json.dumps({"spec": {"leaderFailoverSeconds": seconds}}),
+    ).stdout)  # fmt: skip
+
+    def leader_elected_generation() -> bool:
+        body = plane.get("wdb", db, "-n", ns)
+        return condition(body, "LeaderElected").get("observedGeneration") == generation
+
+    plane.wait_for(leader_elected_generation, 30, f"the observer at generation {generation}")
 
 
 def write_batches(store_url: str, count: int) -> None:
@@ -103,7 +124,9 @@ def test_threshold_creates_one_application_and_status_follows_it(
     control_plane.apply(weaseldb("eager", namespace, spec))
     owner = control_plane.get("wdb", "eager", "-n", namespace)["metadata"]["uid"]
 
-    (first,) = eventually(lambda: apps(control_plane, namespace, "eager"), 40, "first run")
+    (first,) = control_plane.wait_for(
+        lambda: apps(control_plane, namespace, "eager"), 40, "first run"
+    )
     name = first["metadata"]["name"]
     assert name.startswith("eager-compaction-t")
     assert first["metadata"]["ownerReferences"][0]["uid"] == owner
@@ -120,16 +143,17 @@ def test_threshold_creates_one_application_and_status_follows_it(
         last = body.get("status", {}).get("lastCompaction") or {}
         return body if last.get("application") == name and last.get("state") == state else None
 
-    body = eventually(lambda: recorded("PENDING"), 30, "lastCompaction PENDING")
+    body = control_plane.wait_for(lambda: recorded("PENDING"), 30, "lastCompaction PENDING")
     assert condition(body, "CompactionHealthy")["reason"] == "NoCompactionYet"
 
     move(control_plane, namespace, name, "RUNNING")
-    eventually(lambda: recorded("RUNNING"), 30, "lastCompaction RUNNING")
-    time.sleep(5)  # threshold still met: no second run while this one is not finished
+    control_plane.wait_for(lambda: recorded("RUNNING"), 30, "lastCompaction RUNNING")
+    observed_again(control_plane, namespace, "eager")
+    # The threshold is still met, and yet no second run while this one is not finished.
     assert [a["metadata"]["name"] for a in apps(control_plane, namespace, "eager")] == [name]
 
     move(control_plane, namespace, name, "FAILED", "driver OOMKilled")
-    body = eventually(lambda: recorded("FAILED"), 30, "lastCompaction FAILED")
+    body = control_plane.wait_for(lambda: recorded("FAILED"), 30, "lastCompaction FAILED")
     healthy = condition(body, "CompactionHealthy")
     assert (healthy["status"], healthy["reason"]) == ("False", "CompactionFailed")
     assert "driver OOMKilled" in healthy["message"]
@@ -140,12 +164,12 @@ def test_threshold_creates_one_application_and_status_follows_it(
         found = apps(control_plane, namespace, "eager")
         return found[1] if len(found) == 2 else None
 
-    second = eventually(second_run, 90, "second run")
+    second = control_plane.wait_for(second_run, 90, "second run")
     assert len(running(apps(control_plane, namespace, "eager"))) == 1
     publish_snapshot(store_url, 3)
     move(control_plane, namespace, second["metadata"]["name"], "COMPLETED")
     name = second["metadata"]["name"]
-    body = eventually(
+    body = control_plane.wait_for(
         lambda: (
             (b := recorded("COMPLETED")) and b["status"]["lastCompaction"].get("version") == 3 and b
         ),
@@ -166,11 +190,13 @@ def test_schedule_creates_an_application_per_slot(
         "compaction": {"image": "weaseldb-spark:test", "schedule": "* * * * *", "gc": False},
     }
     control_plane.apply(weaseldb("nightly", namespace, spec))
-    (first,) = eventually(lambda: apps(control_plane, namespace, "nightly"), 90, "scheduled run")
+    (first,) = control_plane.wait_for(
+        lambda: apps(control_plane, namespace, "nightly"), 90, "scheduled run"
+    )
     slot = first["metadata"]["labels"]["weaseldb.io/compaction-slot"]
     assert slot.startswith("c") and first["metadata"]["name"] == f"nightly-compaction-{slot}"
     assert "--gc" not in first["spec"]["arguments"]
-    time.sleep(3)
+    observed_again(control_plane, namespace, "nightly")
     assert len(apps(control_plane, namespace, "nightly")) == 1  # idempotent within the slot
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.operator.helpers import condition, eventually, weaseldb
+from tests.operator.helpers import condition, weaseldb
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
@@ -113,7 +113,7 @@ def test_status_and_labels_follow_the_claims(
     control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
 ) -> None:
     pods.start("ledger-0")
-    first = eventually(
+    first = control_plane.wait_for(
         lambda: (
             (lead := leader_of(control_plane, namespace)) and lead.get("pod") == "ledger-0" and lead
         ),
@@ -121,8 +121,10 @@ def test_status_and_labels_follow_the_claims(
         what="ledger-0 leads",
     )
     assert first["term"] == 1 and first["leaderId"].startswith("ledger-0-")
-    eventually(lambda: roles(control_plane, namespace) == {"ledger-0": "leader"}, what="label")
-    body = eventually(
+    control_plane.wait_for(
+        lambda: roles(control_plane, namespace) == {"ledger-0": "leader"}, what="label"
+    )
+    body = control_plane.wait_for(
         lambda: (
             (b := control_plane.get("wdb", "ledger", "-n", namespace))
             and condition(b, "Ready").get("status") == "True"
@@ -135,7 +137,7 @@ def test_status_and_labels_follow_the_claims(
     assert "ledger-0" in control_plane.kubectl("get", "wdb", "ledger", "-n", namespace).stdout
 
     pods.start("ledger-1")  # a new set claims the next term: it deposes ledger-0
-    second = eventually(
+    second = control_plane.wait_for(
         lambda: (
             (lead := leader_of(control_plane, namespace)) and lead.get("pod") == "ledger-1" and lead
         ),
@@ -143,7 +145,7 @@ def test_status_and_labels_follow_the_claims(
         what="ledger-1 leads",
     )
     assert second["term"] == 2
-    eventually(
+    control_plane.wait_for(
         lambda: roles(control_plane, namespace) == {"ledger-0": "standby", "ledger-1": "leader"},
         what="labels flipped",
     )
@@ -153,9 +155,11 @@ def test_leader_not_ready_beyond_the_timeout_starts_failover(
     control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
 ) -> None:
     pods.start("ledger-0")
-    eventually(lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads")
+    control_plane.wait_for(
+        lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads"
+    )
     set_ready(control_plane, namespace, "ledger-0", False)
-    body = eventually(
+    body = control_plane.wait_for(
         lambda: (
             (b := control_plane.get("wdb", "ledger", "-n", namespace))
             and condition(b, "LeaderElected").get("reason") == "NoStandby"

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from weaseldb_operator.kube import Kube, KubeError
 from weaseldb_operator.observer import Observer
 
-from tests.operator.helpers import eventually, weaseldb
+from tests.operator.helpers import weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from weaseldb.core import layout
@@ -64,9 +64,14 @@ class SurprisingKube:
     def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
         self.lists = 0
+        #: Set at the second LIST after the last surprise: the loop went round after each.
+        self.calm = asyncio.Event()
+        self._calm_at = len(answers) + 2
 
     async def list(self, path: str, selector: Any = None) -> list[dict[str, Any]]:
         self.lists += 1
+        if self.lists >= self._calm_at:
+            self.calm.set()
         answer = self.answers.pop(0) if self.answers else []
         if isinstance(answer, Exception):
             raise answer
@@ -94,9 +99,12 @@ def test_the_observer_loop_outlives_unexpected_errors() -> None:
         before = errors_counted()
         observer = Observer(kube, None, interval=0.01)  # type: ignore[arg-type]
         task = asyncio.create_task(observer.run())
-        await asyncio.sleep(0.5)
+        calm = asyncio.create_task(kube.calm.wait())
+        # Until the loop listed twice after the last surprise, or died (then `alive` fails).
+        await asyncio.wait([task, calm], timeout=10, return_when=asyncio.FIRST_COMPLETED)
         alive = not task.done()
         task.cancel()
+        calm.cancel()
         return kube.lists, alive, errors_counted() - before
 
     lists, alive, errors = asyncio.run(scenario())
@@ -132,7 +140,7 @@ def test_an_unreadable_claim_is_reported_and_observation_goes_on(
         found = [c for c in status.get("conditions", []) if c["type"] == kind]
         return found[0] if found else None
 
-    degraded = eventually(
+    degraded = control_plane.wait_for(
         lambda: (c := condition("Degraded")) and c["status"] == "True" and c, what="Degraded"
     )
     assert key in degraded["message"]
@@ -145,7 +153,7 @@ def test_an_unreadable_claim_is_reported_and_observation_goes_on(
         await store.close()
 
     asyncio.run(repair())
-    leader = eventually(
+    leader = control_plane.wait_for(
         lambda: control_plane.get("weaseldb", "claims", "-n", namespace)["status"].get("leader"),
         what="the leader after the claim was repaired",
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.operator.helpers import condition, eventually, get_or_none, weaseldb
+from tests.operator.helpers import condition, get_or_none, weaseldb
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from weaseldb.runtime.stores import open_store
@@ -45,7 +45,7 @@ def test_create_update_and_status(
         found = children(control_plane, namespace, "shop")
         return {k: v for k, v in found.items() if v} if all(found.values()) else None
 
-    found = eventually(all_children, what="children")
+    found = control_plane.wait_for(all_children, what="children")
     for kind, obj in found.items():
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("WeaselDB", owner, True), kind
@@ -60,7 +60,7 @@ def test_create_update_and_status(
     ]
     assert found["service"]["spec"]["selector"]["weaseldb.io/role"] == "leader"
 
-    body = eventually(
+    body = control_plane.wait_for(
         lambda: (
             (b := control_plane.get("wdb", "shop", "-n", namespace))
             and condition(b, "LeaderElected")
@@ -92,14 +92,14 @@ def test_create_update_and_status(
             now["spec"]["replicas"] == 1
         )
 
-    eventually(rolled, what="statefulset rolled")
+    control_plane.wait_for(rolled, what="statefulset rolled")
     config = control_plane.get("configmap", "shop-config", "-n", namespace)["data"]["config.json"]
     assert '"max_in_flight_requests": 10' in config
-    eventually(
+    control_plane.wait_for(
         lambda: get_or_none(control_plane, "pdb", "shop", "-n", namespace) is None,
         what="PDB removed at one replica",
     )
-    eventually(
+    control_plane.wait_for(
         lambda: (
             control_plane.get("wdb", "shop", "-n", namespace)["status"].get("observedGeneration")
             == 2
@@ -112,7 +112,7 @@ def test_reapplying_changes_nothing(
     control_plane: ControlPlane, operator: Path, minio: MinioServer, namespace: str
 ) -> None:
     control_plane.apply(weaseldb("same", namespace, spec_for(minio, minio.new_bucket())))
-    eventually(
+    control_plane.wait_for(
         lambda: get_or_none(control_plane, "statefulset", "same", "-n", namespace),
         what="statefulset",
     )
@@ -127,7 +127,7 @@ def test_reapplying_changes_nothing(
         "-p",
         '{"spec":{"leaderFailoverSeconds":31}}',
     )
-    eventually(
+    control_plane.wait_for(
         lambda: (
             control_plane.get("wdb", "same", "-n", namespace)["status"].get("observedGeneration")
             == 2
@@ -175,7 +175,7 @@ def test_delete_per_policy(
     bucket = minio.new_bucket()
     put_object(minio, bucket, "batches/00000000000000000001")
     control_plane.apply(weaseldb("gone", namespace, spec_for(minio, bucket, deletionPolicy=policy)))
-    body = eventually(
+    body = control_plane.wait_for(
         lambda: (
             (b := control_plane.get("wdb", "gone", "-n", namespace))
             and b.get("status", {}).get("observedGeneration")

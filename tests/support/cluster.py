@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,6 @@ class ProcessSet:
     def start(self, timeout: float = 60) -> ProcessSet:
         self.log_path = self.run_dir / "up.log"
         started_logs.append(self.log_path)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         command = [
             sys.executable,
             "-m",
@@ -102,22 +102,16 @@ class ProcessSet:
             *([] if "--workers" in self.extra else ["--workers", "1"]),
             *self.extra,
         ]
-        self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with open(self.log_path, "ab") as log:  # the process keeps its own copy
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:
-        def ready() -> bool:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"weaseldb up exited {self.process.returncode}:\n{self.log()}")
-            return http_ok(f"{self.url}/readyz")
-
-        try:
-            wait_for(ready, timeout, "readiness")
-        except AssertionError:
-            raise TimeoutError(f"not ready after {timeout}s:\n{self.log()}") from None
+        processes = {"weaseldb up": self.process} if self.process is not None else {}
+        _wait_ready(self.url, processes, self.log, timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""
@@ -206,21 +200,14 @@ class ServiceSet:
 
     def start_stage(self, stage: Stage) -> None:
         started_logs.append(self.run_dir / f"{stage}.log")
-        log = open(self.run_dir / f"{stage}.log", "ab")  # noqa: SIM115 - closed with it
-        self.processes[stage] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "weaseldb_cli",
-                "service",
-                stage,
-                "--config",
-                str(self.config_path),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        command = [sys.executable, "-m", "weaseldb_cli", "service", stage]
+        with open(self.run_dir / f"{stage}.log", "ab") as log:  # the process keeps a copy
+            self.processes[stage] = subprocess.Popen(
+                [*command, "--config", str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def kill_stage(self, stage: Stage) -> None:
         process = self.processes[stage]
@@ -228,18 +215,7 @@ class ServiceSet:
         process.wait(10)
 
     def wait_ready(self, timeout: float) -> None:
-        def ready() -> bool:
-            for stage, process in self.processes.items():
-                if process.poll() is not None:
-                    raise RuntimeError(f"{stage} exited {process.returncode}:\n{self.log(stage)}")
-            return http_ok(f"{self.url}/readyz")
-
-        try:
-            wait_for(ready, timeout, "readiness")
-        except AssertionError:
-            raise TimeoutError(
-                f"not ready after {timeout}s:\n{self.log(Stage.PERSISTER)}"
-            ) from None
+        _wait_ready(self.url, self.processes, lambda: self.log(Stage.PERSISTER), timeout)
 
     def log(self, stage: Stage) -> str:
         path = self.run_dir / f"{stage}.log"
@@ -248,3 +224,23 @@ class ServiceSet:
     def kill(self) -> None:
         for stage in list(self.processes):
             self.kill_stage(stage)
+
+
+def _wait_ready(
+    url: str,
+    processes: Mapping[str, subprocess.Popen[bytes]] | Mapping[Stage, subprocess.Popen[bytes]],
+    log: Callable[[], str],
+    timeout: float,
+) -> None:
+    """Until `url`/readyz answers 200; at once, with the log, when a process exits."""
+
+    def ready() -> bool:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited {process.returncode}:\n{log()}")
+        return http_ok(f"{url}/readyz")
+
+    try:
+        wait_for(ready, timeout, "readiness")
+    except AssertionError:
+        raise TimeoutError(f"not ready after {timeout}s:\n{log()}") from None

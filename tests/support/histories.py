@@ -19,12 +19,9 @@ back through `/v1/subscribe?after=0`, and `check` looks for:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import random
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,7 +31,9 @@ from typing import Any, ClassVar
 import httpx
 
 from tests.support.background import Background
+from tests.support.load import Attempt, Load, classify
 from tests.support.sse import parse
+from tests.support.waiting import wait_for
 
 KEYS = [b"k%d" % i for i in range(8)]
 
@@ -67,43 +66,6 @@ def read_range(precondition: dict[str, Any]) -> Range:
 
 def overlaps(a: Range, b: Range) -> bool:
     return a[0] < b[1] and b[0] < a[1]
-
-
-@dataclass
-class Attempt:
-    """One commit request and what the server answered."""
-
-    body: dict[str, Any]
-    outcome: str = "pending"  # committed | not_committed | not_leader | unknown
-    version: int = 0
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
-    reason: str = ""
-    answered_at: float = 0.0  # time.monotonic() when the answer (or the error) came
-
-    @property
-    def request_id(self) -> str:
-        return str(self.body["request_id"])
-
-
-def classify(response: httpx.Response | None, attempt: Attempt) -> Attempt:
-    """Record an answer. A connection error or timeout leaves the outcome unknown."""
-    attempt.answered_at = time.monotonic()
-    if response is None:
-        attempt.outcome = "unknown"
-        return attempt
-    body = response.json()
-    if response.status_code == 200:
-        attempt.outcome = str(body["status"])
-        attempt.version = int(body["version"])
-        attempt.conflicts = list(body.get("conflicts", []))
-        attempt.reason = str(body.get("reason", ""))
-    elif response.status_code == 503 and body["error"] == "commit_unknown":
-        attempt.outcome = "unknown"
-    elif response.status_code == 503 and body["error"] == "not_leader":
-        attempt.outcome = "not_leader"
-    else:
-        raise AssertionError(f"unexpected answer {response.status_code}: {response.text}")
-    return attempt
 
 
 def random_body(rng: random.Random, read_version: int) -> dict[str, Any]:
@@ -141,19 +103,12 @@ def random_body(rng: random.Random, read_version: int) -> dict[str, Any]:
 
 
 @dataclass
-class Workload(Background):
-    url: str
-    clients: int = 12
-    seed: int = 7
-    attempts: list[Attempt] = field(default_factory=list)
-    unexpected: list[str] = field(default_factory=list)  # answers no client should get
-    join_timeout_s: ClassVar[float] = 60
+class Workload(Load):
+    """The load of the history checks: transactions guarded by preconditions at a
+    version each client reads first (random_body)."""
 
-    def _main(self) -> None:
-        asyncio.run(self._run())
-
-    def count(self, outcome: str) -> int:
-        return sum(a.outcome == outcome for a in self.attempts)
+    concurrency: int = 12
+    request_timeout_s: ClassVar[float] = 20
 
     def longest_silence(self, since: float = 0.0) -> float:
         """The longest time, in seconds, between two `committed` answers after `since`:
@@ -173,47 +128,31 @@ class Workload(Background):
                 counts[a.outcome] = counts.get(a.outcome, 0) + 1
         return counts
 
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20) as client:
-            await asyncio.gather(*(self._client(client, c) for c in range(self.clients)))
-
-    async def _client(self, client: httpx.AsyncClient, number: int) -> None:
-        rng = random.Random(self.seed * 1000 + number)
-        while not self._stop.is_set():
-            try:
-                version = (await client.get("/v1/version")).json()["version"]
-            except (httpx.HTTPError, KeyError, ValueError):
-                await asyncio.sleep(0.05)  # down, or not leading: nothing was sent
-                continue
-            attempt = Attempt(random_body(rng, int(version)))
-            self.attempts.append(attempt)
-            try:
-                response: httpx.Response | None = await client.post("/v1/commit", json=attempt.body)
-            except httpx.HTTPError:
-                response = None
-            try:
-                classify(response, attempt)
-            except (AssertionError, ValueError) as e:  # recorded; the history check fails
-                self.unexpected.append(str(e))
-                attempt.outcome = "unknown"
-            if attempt.outcome in ("unknown", "not_leader"):
-                await asyncio.sleep(0.05)
+    async def _next_body(
+        self, client: httpx.AsyncClient, rng: random.Random
+    ) -> dict[str, Any] | None:
+        try:
+            version = (await client.get("/v1/version")).json()["version"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            return None
+        return random_body(rng, int(version))
 
 
 def retry(url: str, attempt: Attempt, *, timeout: float = 60) -> Attempt:
     """Send the same commit again (same request id and body) until the set answers."""
     with httpx.Client(base_url=url, timeout=20) as client:
-        for _ in range(int(timeout / 0.2)):
+
+        def answered() -> Attempt | None:
             try:
                 again = classify(
                     client.post("/v1/commit", json=attempt.body), Attempt(attempt.body)
                 )
             except httpx.HTTPError:
                 again = Attempt(attempt.body, outcome="unknown")
-            if again.outcome != "not_leader":
-                return again
-            threading.Event().wait(0.2)
-    raise AssertionError(f"no leader answered a retry of {attempt.request_id}")
+            return None if again.outcome == "not_leader" else again
+
+        what = f"a leader answering a retry of {attempt.request_id}"
+        return wait_for(answered, timeout, what, interval=0.2)
 
 
 @dataclass(frozen=True)
@@ -277,10 +216,12 @@ class LogFollower(Background):
     def caught_up(self, url: str, *, timeout: float = 60) -> list[Logged]:
         """The log up to the version the set reports committed now; then stops."""
         target = int(httpx.get(f"{url}/v1/version", timeout=10).json()["version"])
-        deadline = time.monotonic() + timeout
-        while self.committed < target and not self.gaps:
-            assert time.monotonic() < deadline, f"the follower did not reach {target}"
-            time.sleep(0.1)
+        wait_for(
+            lambda: self.committed >= target or self.gaps,
+            timeout,
+            f"the follower reaching version {target}",
+            interval=0.1,
+        )
         self.stop()
         assert not self.gaps, self.gaps
         return list(self.log)

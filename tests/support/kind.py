@@ -16,15 +16,14 @@ import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from tests.support.waiting import stop_process
+from tests.support.waiting import stop_process, wait_for
 from weaseldb.runtime.stores import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +43,12 @@ class ClusterUnavailable(Exception):
 
 class KubeError(AssertionError):
     """A kubectl/helm command failed; the message has the command and its output."""
+
+
+#: What a poll of the cluster raises before the awaited state exists: kubectl failing
+#: (the object is not there yet), a field, list item or value not written yet.
+NOT_YET = (KubeError, KeyError, IndexError, TypeError)
+T = TypeVar("T")
 
 
 def run_script(*args: str, timeout: float = 3600) -> dict[str, str]:
@@ -183,6 +188,14 @@ class KindCluster:
             *_ns(namespace), "apply", "--server-side", "--force-conflicts", "-f", "-", input=text
         )
 
+    def create_namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete the namespace without waiting: the namespace controller deletes what is
+        in it, the operator purging the stores of databases that ask for it."""
+        self.kubectl("delete", "namespace", name, "--wait=false")
+
     def images(self, *names: str) -> dict[str, str]:
         """Build (cached) and load project images; NAME -> image reference."""
         return run_script("images", *names)
@@ -191,29 +204,19 @@ class KindCluster:
 
     def wait_for(
         self,
-        predicate: Callable[[], object],
+        condition: Callable[[], T | None],
         timeout: float,
         what: str,
         namespace: str | None = None,
         selector: str = "",
-    ) -> None:
-        """Poll until `predicate()` is true; on timeout fail with the namespace's events,
-        pods, descriptions and logs, so the failure explains itself."""
-        deadline = time.monotonic() + timeout
-        last_error = ""
-        while time.monotonic() < deadline:
-            try:
-                if predicate():
-                    return
-            except (KubeError, KeyError, IndexError, TypeError) as e:
-                last_error = f"{type(e).__name__}: {e}"
-            time.sleep(1)
-        detail = self.diagnostics(namespace, selector) if namespace else ""
-        raise AssertionError(
-            f"{what}: not reached in {timeout:.0f}s"
-            + (f"\nlast error: {last_error}" if last_error else "")
-            + f"\n{detail}"
-        )
+    ) -> T:
+        """`waiting.wait_for` at the cluster's pace (one try a second), with NOT_YET counted
+        as "not yet"; a timeout carries the namespace's events, pods, descriptions and logs,
+        so the failure explains itself."""
+        return wait_for(
+            condition, timeout, what, interval=1, retry_on=NOT_YET,
+            explain=(lambda: self.diagnostics(namespace, selector)) if namespace else None,
+        )  # fmt: skip
 
     def wait_condition(
         self, kind: str, name: str, namespace: str, condition: str, timeout: float = 300
@@ -356,13 +359,11 @@ def _free_port() -> int:
 def _wait_listening(
     port: int, process: subprocess.Popen[str], what: str, timeout: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if process.poll() is not None:
             output = process.stdout.read() if process.stdout else ""
             raise AssertionError(f"{what} exited ({process.returncode}): {output}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: 127.0.0.1:{port} not listening after {timeout}s")
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, timeout, f"{what}: 127.0.0.1:{port} listening", interval=0.1)

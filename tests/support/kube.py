@@ -9,7 +9,6 @@ runs the same thing from the shell by calling `python -m tests.support.kube`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
@@ -20,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -35,6 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED_SPARK_CRDS = REPO.parent / "shared/k8s/crds"
 SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kubectl")
+#: What a poll of the API server raises before the awaited state exists: kubectl failing
+#: (the object is not there yet: RuntimeError), a status field not written yet (KeyError),
+#: no item matching yet (StopIteration), or a check's own assertion.
+NOT_YET = (RuntimeError, KeyError, StopIteration, AssertionError)
+T = TypeVar("T")
 
 
 def missing_binaries(names: tuple[str, ...] = CONTROL_PLANE_BINARIES) -> list[str]:
@@ -119,10 +124,10 @@ class ControlPlane:
         return self
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.processes.append(
-            subprocess.Popen([str(TOOLS / name), *args], stdout=log, stderr=subprocess.STDOUT)
-        )
+        with open(self.root / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            self.processes.append(
+                subprocess.Popen([str(TOOLS / name), *args], stdout=log, stderr=subprocess.STDOUT)
+            )
 
     def _start_etcd(self, port: int) -> None:
         peer = f"http://127.0.0.1:{port + 1}"
@@ -156,19 +161,19 @@ class ControlPlane:
         ])  # fmt: skip
 
     def _wait(self, url: str, timeout: float, *, verify: bool) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"{process.args!r} exited:\n{self.logs()}")
-            with contextlib.suppress(httpx.HTTPError, OSError):
-                if verify and not self.ca_file.exists():
-                    raise OSError("no certificate yet")
-                tls = ssl.create_default_context(cafile=str(self.ca_file)) if verify else False
-                if httpx.get(url, verify=tls, timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise TimeoutError(f"{url} not ready after {timeout}s:\n{self.logs()}")
+            if verify and not self.ca_file.exists():
+                return False  # the API server writes its certificate first
+            tls = ssl.create_default_context(cafile=str(self.ca_file)) if verify else False
+            return httpx.get(url, verify=tls, timeout=1).status_code == 200
+
+        wait_for(
+            ready, timeout, f"{url} ready", interval=0.1,
+            retry_on=(httpx.HTTPError, OSError), explain=self.logs,
+        )  # fmt: skip
 
     def _write_kubeconfig(self) -> None:
         config = {
@@ -232,6 +237,23 @@ class ControlPlane:
     ) -> subprocess.CompletedProcess[str]:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         return self.kubectl("apply", "--server-side", "-f", "-", *extra, stdin=text)
+
+    def wait_for(
+        self, condition: Callable[[], T | None], timeout: float = 30, what: str = "condition"
+    ) -> T:
+        """`waiting.wait_for` at the API server's pace (one kubectl call a try), with
+        NOT_YET counted as "not yet"."""
+        return wait_for(condition, timeout, what, interval=0.2, retry_on=NOT_YET)
+
+    def create_namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete the namespace without waiting. With no controller-manager here nothing
+        would delete its objects, so its WeaselDBs are deleted first: the session's
+        operator then stops observing them (and purges the store of those that ask)."""
+        self.kubectl("delete", "weaseldbs", "--all", "-n", name, "--wait=false")
+        self.kubectl("delete", "namespace", name, "--wait=false")
 
     def install_crds(self) -> None:
         for path in crd_files():

@@ -38,6 +38,17 @@ class DelayProxy:
             self._loop.run_forever()
         finally:
             server.close()
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        """End the connections still piped and close the loop, sockets included (its
+        self-pipe too: an unclosed loop leaks it, a ResourceWarning later)."""
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self._loop.run_until_complete(asyncio.sleep(0))  # closed transports drop their sockets
+        self._loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -45,17 +56,22 @@ class DelayProxy:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(
-            self._pipe(reader, up_writer, 0.0), self._pipe(up_reader, writer, self.delay_s)
-        )
+        # The proxy stopping cancels this: end quietly (asyncio's stream callback would
+        # log a cancelled connection handler as an error).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pipe(reader, up_writer, 0.0), self._pipe(up_reader, writer, self.delay_s)
+            )
 
     @staticmethod
     async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while chunk := await src.read(65536):
-                if delay:
-                    await asyncio.sleep(delay)
-                dst.write(chunk)
-                await dst.drain()
-        with contextlib.suppress(OSError):
-            dst.close()
+        try:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while chunk := await src.read(65536):
+                    if delay:
+                        await asyncio.sleep(delay)
+                    dst.write(chunk)
+                    await dst.drain()
+        finally:  # also when the proxy stops (cancelled)
+            with contextlib.suppress(OSError):
+                dst.close()

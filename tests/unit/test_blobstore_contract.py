@@ -32,8 +32,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]
         yield open_store(minio.store_url(minio.new_bucket(), "db"))
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+def run(store: BlobStore, coro: Coroutine[Any, Any, T]) -> T:
+    """`coro`, then the store closed, in one event loop: the S3 store's HTTP session
+    belongs to the loop that opened it, and an unclosed one leaks its sockets."""
+
+    async def and_close() -> T:
+        try:
+            return await coro
+        finally:
+            await store.close()
+
+    return asyncio.run(and_close())
 
 
 def test_put_if_absent_is_create_only(store: BlobStore) -> None:
@@ -43,12 +52,12 @@ def test_put_if_absent_is_create_only(store: BlobStore) -> None:
             await store.put_if_absent("batches/00000000000000000009", b"second")
         assert await store.get("batches/00000000000000000009") == b"first"
 
-    run(scenario())
+    run(store, scenario())
 
 
 def test_get_missing_is_not_found(store: BlobStore) -> None:
     with pytest.raises(NotFound):
-        run(store.get("batches/00000000000000000001"))
+        run(store, store.get("batches/00000000000000000001"))
 
 
 def test_list_is_ascending_newest_batch_first_with_limit_and_start_after(store: BlobStore) -> None:
@@ -65,7 +74,7 @@ def test_list_is_ascending_newest_batch_first_with_limit_and_start_after(store: 
         assert await store.list(layout.TERMS) == [layout.term_key(Term(7))]
         assert await store.list("nothing/") == []
 
-    run(scenario())
+    run(store, scenario())
 
 
 def test_put_overwrites_and_delete_removes(store: BlobStore) -> None:
@@ -77,7 +86,7 @@ def test_put_overwrites_and_delete_removes(store: BlobStore) -> None:
         await store.delete("retention/p1")  # deleting twice is fine
         assert await store.list("retention/") == []
 
-    run(scenario())
+    run(store, scenario())
 
 
 def test_snapshot_keys_sort_like_s3(store: BlobStore) -> None:
@@ -88,7 +97,7 @@ def test_snapshot_keys_sort_like_s3(store: BlobStore) -> None:
             await store.put_if_absent(key, b"x")
         assert await store.list("snapshots/") == sorted(keys)
 
-    run(scenario())
+    run(store, scenario())
 
 
 def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path) -> None:
@@ -107,7 +116,7 @@ def test_directory_store_lists_in_order_across_split_directories(tmp_path: Path)
         after = await store.list(layout.BATCHES, start_after=listed[-1], limit=1000)
         assert after == [layout.batch_key(BatchNumber(n)) for n in sorted(numbers)[1000:]]
 
-    run(scenario())
+    run(store, scenario())
     (top_dir,) = list((tmp_path / "batches").iterdir())
     leaves: list[Path] = list(top_dir.iterdir())
     assert sorted(leaf.name for leaf in leaves) == ["549", "550", "551"]
@@ -123,4 +132,4 @@ def test_get_range_reads_a_slice_and_stops_at_the_end(store: BlobStore) -> None:
         with pytest.raises(NotFound):
             await store.get_range("requestids/missing", 0, 10)
 
-    run(scenario())
+    run(store, scenario())

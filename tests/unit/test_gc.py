@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -174,22 +175,33 @@ class Crash(Exception):
     pass
 
 
+@dataclass
+class OnBatchPage:
+    """A `before_delete` hook: runs `action` with the keys of the `page`th page of batches
+    GC is about to delete, and counts the pages it saw."""
+
+    page: int
+    action: Callable[[list[str]], Awaitable[None]]
+    pages: int = 0
+
+    async def __call__(self, what: str, keys: list[str]) -> None:
+        if what == "batches":
+            self.pages += 1
+            if self.pages == self.page:
+                await self.action(keys)
+
+
 def test_crash_between_deletes_leaves_the_log_readable_and_recovery_correct() -> None:
     batches = log_with_void_after(cut_index=2100, count=3200, void_run=3)
     store = run(setup(batches, 2100))
     expected = [t.version for b in valid(batches) for t in b.transactions]
     cut_version = batches[2100].last_version
-    pages = 0
 
-    async def crash_on_second_page(what: str, keys: list[str]) -> None:
-        nonlocal pages
-        if what == "batches":
-            pages += 1
-            if pages == 2:
-                raise Crash(f"killed before deleting {len(keys)} {what}")
+    async def crash(keys: list[str]) -> None:
+        raise Crash(f"killed before deleting {len(keys)} batches")
 
     with pytest.raises(Crash):
-        run(gc.collect(store, before_delete=crash_on_second_page))
+        run(gc.collect(store, before_delete=OnBatchPage(2, crash)))
     left = {layout.number_of(k) for k in batch_keys(store)}
     assert batches[0].batch in left and batches[1500].batch not in left  # half done
     assert versions(store) == [v for v in expected if v > cut_version]
@@ -506,17 +518,14 @@ def test_a_policy_accepted_while_the_marker_is_written_stops_gc() -> None:
 def test_a_policy_that_appears_between_delete_rounds_stops_gc() -> None:
     batches = build_log([data(0, i) for i in range(3200)])
     store = run(setup(batches, 2100))
-    pages = 0
 
-    async def policy_after_first_page(what: str, _keys: list[str]) -> None:
-        nonlocal pages
-        if what == "batches":
-            pages += 1
-            if pages == 1:
-                await store.put(layout.retention_key("late"), orjson.dumps({"version": 1500}))
+    async def late_policy(_keys: list[str]) -> None:
+        await store.put(layout.retention_key("late"), orjson.dumps({"version": 1500}))
 
-    result = run(gc.collect(store, before_delete=policy_after_first_page))
-    assert pages == 1 and "stopped: a retention policy now pins version 1500" in result.summary()
+    hook = OnBatchPage(1, late_policy)
+    result = run(gc.collect(store, before_delete=hook))
+    assert hook.pages == 1
+    assert "stopped: a retention policy now pins version 1500" in result.summary()
     assert len(batch_keys(store)) == 3200 - 1000  # the first page only
 
 

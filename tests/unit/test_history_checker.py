@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.histories import Attempt, Logged, check
+from tests.support.histories import Logged, check
+from tests.support.load import Attempt
 
 K1, K2 = b"k1", b"k2"
 

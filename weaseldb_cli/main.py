@@ -3,10 +3,6 @@
 It sits above every other package (the services, the operator, the Spark job and the shared
 floor below them), so it is the one place that may import them all; the heavy or optional
 wings (the operator's kopf, the job's pyspark) are imported only by the verb that runs them.
-
-weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
-weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
-weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
 """
 
 from __future__ import annotations
@@ -24,12 +20,24 @@ from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
 from weaseldb.core.types import Stage
 
+DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an object store.
+
+weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
+weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
+weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
+weaseldb operator [--namespace NS]
+"""
+
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
 SERVICE_COMMAND = (sys.executable, "-m", "weaseldb_cli", "service")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="weaseldb", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="weaseldb",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the four services in the foreground")

@@ -14,14 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import snapshots
 from tests.support.cluster import ProcessSet, free_port_block
 from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
-from weaseldb.core import manifest
 from weaseldb.core.history import committed_transactions
-from weaseldb.core.manifest import Manifest, SourceBatches
-from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 
@@ -234,21 +232,9 @@ def test_snapshots_lists_published_manifests_newest_first(
     store = DirectoryStore(tmp_path / "data")
 
     async def publish(version: int) -> None:
-        published = Manifest(
-            format=manifest.FORMAT_VERSION,
-            version=Version(version),
-            batch=BatchNumber(2**64 - 1 - version),
-            term=Term(2**64 - 1),
-            created_at="2026-01-01T00:00:00.000Z",
-            location=f"snapshots/{version:020d}/run/",
-            files=[],
-            keys=version * 10,
-            bytes=version * 100,
-            source_batches=SourceBatches(BatchNumber(2**64 - 1), BatchNumber(2**64 - 1), 1),
-            previous=None,
-        )
+        published = snapshots.placeholder(version, keys=version * 10, size=version * 100)
         await store.put_if_absent(f"snapshots/{version:020d}/run/part-0.parquet", b"PAR1")
-        await store.put_if_absent(published.key, manifest.encode(published))
+        await snapshots.publish(store, published)
 
     asyncio.run(publish(7))
     asyncio.run(publish(42))

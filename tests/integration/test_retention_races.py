@@ -20,6 +20,7 @@ import pytest
 
 from services.gateway.retention import BelowLogStart
 from services.gateway.retention_api import RetentionPolicies
+from tests.support import snapshots
 from weaseldb.core import gc, history, logstart, manifest
 from weaseldb.core.errors import Conflict, NotFound
 from weaseldb.core.store import BlobStore
@@ -30,26 +31,10 @@ POLICY = "shared"
 ROUNDS = 120
 
 
-def _manifest(version: int) -> manifest.Manifest:
-    """A published snapshot at `version` as GC sees it (GC reads manifests, not files)."""
-    return manifest.Manifest(
-        format=manifest.FORMAT_VERSION,
-        version=Version(version),
-        batch=BatchNumber(NUMBER_TOP - version),
-        term=Term(NUMBER_TOP),
-        created_at="2026-01-01T00:00:00.000000Z",
-        location=f"snapshots/{version:020d}/run/",
-        files=[],
-        keys=0,
-        bytes=0,
-        source_batches=manifest.SourceBatches(None, None, 0),
-        previous=None,
-    )
-
-
 async def _publish(store: BlobStore, version: int) -> None:
-    snapshot = _manifest(version)
-    await store.put_if_absent(snapshot.key, manifest.encode(snapshot))
+    """A published snapshot at `version` as GC sees it (GC reads manifests, not files)."""
+    source = manifest.SourceBatches(None, None, 0)
+    await snapshots.publish(store, snapshots.placeholder(version, source=source))
 
 
 def _writer(root: str, parity: int, out: str, gc_started: Any) -> None:

@@ -14,13 +14,11 @@ import pytest
 from weaseldb_operator.spec import Storage
 
 from tests.operator.helpers import condition, weaseldb
+from tests.support import snapshots
 from tests.support.kube import ControlPlane
 from tests.support.logs import BatchSpec, build_log, write_log
 from tests.support.minio import MinioServer
-from weaseldb.core import manifest
-from weaseldb.core.manifest import Manifest, SourceBatches
 from weaseldb.core.protocol import Write
-from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -89,22 +87,7 @@ def write_batches(store_url: str, count: int) -> None:
 def publish_snapshot(store_url: str, version: int) -> None:
     async def publish() -> None:
         store = open_store(store_url)
-        m = Manifest(
-            format=manifest.FORMAT_VERSION,
-            version=Version(version),
-            batch=BatchNumber(2**64 - 1 - version),
-            term=Term(2**64 - 1),
-            created_at="2026-01-01T00:00:00Z",
-            location=f"snapshots/{version:020d}/run/",
-            files=[],
-            keys=0,
-            bytes=0,
-            source_batches=SourceBatches(
-                BatchNumber(2**64 - 1), BatchNumber(2**64 - 1 - version), version
-            ),
-            previous=None,
-        )
-        await store.put_if_absent(m.key, manifest.encode(m))
+        await snapshots.publish(store, snapshots.placeholder(version))
         await store.close()
 
     asyncio.run(publish())

@@ -230,6 +230,9 @@ def test_architecture_numbers() -> None:
         f"| resolver accepted-event backlog | {mib(resolver_app.ACCEPTED_BACKLOG_BYTES)}",
         f"ids at {sizing.WINDOW_BYTES_PER_ID + idring.INDEX_BYTES_PER_ID:g} B each",
         f"{sizing.OUTCOME_BYTES_PER_ID + idring.INDEX_BYTES_PER_ID:g} B per id |",
+    )
+    stated(
+        "docs/observability.md",
         f"a timer due every {seconds(stalls.LAG_INTERVAL_S)}",
         f"young generation to {stalls.GC_YOUNG_THRESHOLD} allocations",
     )

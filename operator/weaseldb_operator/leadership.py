@@ -114,6 +114,18 @@ def _summary(
     return [elected, ready, degraded]
 
 
+def absent_since(
+    claim: Claim | None, pods: list[PodView], previous: float | None, now: float
+) -> float | None:
+    """When the claiming pod was first seen absent, carried from one observation to the
+    next (`previous`); None while it is there or nothing is claimed. A pod being deleted
+    counts as absent: it will not serve again, and a pod stuck terminating on a dead node
+    (or deleted by hand to hurry a failover) must not hold the clock at zero."""
+    if claim is None or any(p.name == claim.pod and not p.deleting for p in pods):
+        return None
+    return previous if previous is not None else now
+
+
 def decide(
     claim: Claim | None,
     pods: list[PodView],

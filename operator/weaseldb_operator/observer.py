@@ -26,7 +26,7 @@ from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
-from weaseldb_operator.leadership import Claim, Decision, PodView, decide
+from weaseldb_operator.leadership import Claim, Decision, PodView, absent_since, decide
 from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
 from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
@@ -153,11 +153,11 @@ class Observer:
     ) -> Decision:
         now = time.time()
         missing_key = (db.uid, claim.key if claim else "")
-        exists = claim is not None and any(v.name == claim.pod for v in views)
-        if exists or claim is None:
+        since = absent_since(claim, views, self._missing_since.get(missing_key), now)
+        if since is None:
             self._missing_since.pop(missing_key, None)
         else:
-            self._missing_since.setdefault(missing_key, now)
+            self._missing_since[missing_key] = since
         return decide(
             claim,
             views,

@@ -173,3 +173,35 @@ def test_leader_not_ready_beyond_the_timeout_starts_failover(
     )
     assert condition(body, "Ready")["reason"] == "NoLeader"
     assert condition(body, "Degraded")["status"] == "True"
+
+
+def test_a_leader_pod_stuck_terminating_fails_over(
+    control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
+) -> None:
+    """A pod being deleted will not serve again, even while it still reports Ready (its
+    node is gone, or a finalizer holds it): the failover clock runs from the first
+    observation of the deletion instead of starting over at every pass."""
+    pods.start("ledger-0")
+    control_plane.wait_for(
+        lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads"
+    )
+    held = json.dumps({"metadata": {"finalizers": ["weaseldb.io/test-hold"]}})
+    control_plane.kubectl("patch", "pod", "ledger-0", "-n", namespace, "--type=merge", "-p", held)
+    try:
+        control_plane.kubectl("delete", "pod", "ledger-0", "-n", namespace, "--wait=false")
+        body = control_plane.wait_for(
+            lambda: (
+                (b := control_plane.get("wdb", "ledger", "-n", namespace))
+                and condition(b, "LeaderElected").get("reason") == "NoStandby"
+                and b
+            ),
+            timeout=30,
+            what="failover due for the terminating leader (5 s), no standby",
+        )
+        message = condition(body, "LeaderElected")["message"]
+        assert "leader pod ledger-0 (term 1) does not exist" in message
+    finally:
+        released = json.dumps({"metadata": {"finalizers": None}})
+        control_plane.kubectl(
+            "patch", "pod", "ledger-0", "-n", namespace, "--type=merge", "-p", released
+        )

@@ -109,6 +109,17 @@ def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:
     }
 
 
+def failover_due(plane: ControlPlane, namespace: str, what: str) -> dict[str, Any]:
+    """The database once the observer decided a failover is due and found no standby to
+    ask (these tests start one pod, so NoStandby is what a due failover looks like)."""
+
+    def due() -> dict[str, Any] | None:
+        body: dict[str, Any] = plane.get("wdb", "ledger", "-n", namespace)
+        return body if condition(body, "LeaderElected").get("reason") == "NoStandby" else None
+
+    return plane.wait_for(due, timeout=30, what=what)
+
+
 def test_status_and_labels_follow_the_claims(
     control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
 ) -> None:
@@ -159,15 +170,7 @@ def test_leader_not_ready_beyond_the_timeout_starts_failover(
         lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads"
     )
     set_ready(control_plane, namespace, "ledger-0", False)
-    body = control_plane.wait_for(
-        lambda: (
-            (b := control_plane.get("wdb", "ledger", "-n", namespace))
-            and condition(b, "LeaderElected").get("reason") == "NoStandby"
-            and b
-        ),
-        timeout=30,
-        what="failover due, no standby",
-    )
+    body = failover_due(control_plane, namespace, "failover due, no standby")
     assert (
         "leader pod ledger-0 (term 1) is not Ready" in condition(body, "LeaderElected")["message"]
     )
@@ -189,14 +192,8 @@ def test_a_leader_pod_stuck_terminating_fails_over(
     control_plane.kubectl("patch", "pod", "ledger-0", "-n", namespace, "--type=merge", "-p", held)
     try:
         control_plane.kubectl("delete", "pod", "ledger-0", "-n", namespace, "--wait=false")
-        body = control_plane.wait_for(
-            lambda: (
-                (b := control_plane.get("wdb", "ledger", "-n", namespace))
-                and condition(b, "LeaderElected").get("reason") == "NoStandby"
-                and b
-            ),
-            timeout=30,
-            what="failover due for the terminating leader (5 s), no standby",
+        body = failover_due(
+            control_plane, namespace, "failover due for the terminating leader (5 s), no standby"
         )
         message = condition(body, "LeaderElected")["message"]
         assert "leader pod ledger-0 (term 1) does not exist" in message

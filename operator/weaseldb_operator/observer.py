@@ -22,6 +22,7 @@ from weaseldb.core.channels import Role, decode_readiness
 from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import iso_ms, now_iso, parse_iso
 from weaseldb.core.types import Stage
+from weaseldb.runtime import probe
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
@@ -73,13 +74,13 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
     """What the pod's persister says it is: the `role` of its /readyz answer
     (weaseldb.core.channels.Readiness), never the wording of its `reason`. None when it
     cannot tell (no address yet, no answer, or an answer without a role)."""
-    url = stage_url(pod, Stage.PERSISTER)
-    if url is None:
+    ip, port = pod_ip(pod), container_port(pod, Stage.PERSISTER)
+    answer = await probe.readyz(http, ip, port) if ip and port else None
+    if answer is None:
         return None
     try:
-        async with http.get(f"{url}/readyz") as response:
-            return decode_readiness(await response.read()).role
-    except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+        return decode_readiness(answer.body).role
+    except msgspec.DecodeError:
         return None
 
 

@@ -102,6 +102,23 @@ def leader_of(plane: ControlPlane, namespace: str) -> dict[str, Any]:
     return leader
 
 
+def leads_ready(plane: ControlPlane, namespace: str, pod: str) -> None:
+    """Wait until `pod` holds the term and the observer has seen it Ready. A pod is not
+    Ready from its creation until its process set answers, which under load can outlast
+    leaderFailoverSeconds: a failover test that starts before this would read a status
+    written about the start, not about the fault it makes."""
+
+    def ready() -> bool:
+        body = plane.get("wdb", "ledger", "-n", namespace)
+        leader = body.get("status", {}).get("leader") or {}
+        return (
+            leader.get("pod") == pod
+            and condition(body, "LeaderElected").get("reason") == "LeaderReady"
+        )
+
+    plane.wait_for(ready, what=f"{pod} leads and is Ready")
+
+
 def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:
     items = plane.get("pods", "-n", namespace)["items"]
     return {
@@ -166,9 +183,7 @@ def test_leader_not_ready_beyond_the_timeout_starts_failover(
     control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
 ) -> None:
     pods.start("ledger-0")
-    control_plane.wait_for(
-        lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads"
-    )
+    leads_ready(control_plane, namespace, "ledger-0")
     set_ready(control_plane, namespace, "ledger-0", False)
     body = failover_due(control_plane, namespace, "failover due, no standby")
     assert (
@@ -185,9 +200,7 @@ def test_a_leader_pod_stuck_terminating_fails_over(
     node is gone, or a finalizer holds it): the failover clock runs from the first
     observation of the deletion instead of starting over at every pass."""
     pods.start("ledger-0")
-    control_plane.wait_for(
-        lambda: leader_of(control_plane, namespace).get("pod") == "ledger-0", what="leads"
-    )
+    leads_ready(control_plane, namespace, "ledger-0")
     held = json.dumps({"metadata": {"finalizers": ["weaseldb.io/test-hold"]}})
     control_plane.kubectl("patch", "pod", "ledger-0", "-n", namespace, "--type=merge", "-p", held)
     try:

@@ -7,7 +7,11 @@ again is a no-op. The calls go through the official asyncio client (kubernetes_a
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
+import os
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +19,8 @@ import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger("weaseldb.operator")
 
 FIELD_MANAGER = "weaseldb-operator"
 #: Seconds one API request may take.
@@ -31,6 +37,7 @@ _PLURALS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "WeaselDB": "weaseldbs",
     "SparkApplication": "sparkapplications",
+    "Event": "events",
 }
 
 
@@ -68,7 +75,10 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             try:
-                await config.load_kube_config(client_configuration=configuration)
+                # KUBECONFIG read now, not when the library was imported.
+                await config.load_kube_config(
+                    config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+                )
             except (config.ConfigException, OSError) as e:
                 raise KubeError(0, f"no service account and no usable kubeconfig: {e}") from e
         return cls(ApiClient(configuration))
@@ -196,6 +206,41 @@ class Kube:
                 return False
             raise
         return True
+
+    async def event(
+        self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record a core/v1 Event on `regarding` (a WeaselDB or a pod), so `kubectl
+        describe` tells what the operator did and why. Best effort: an event that cannot
+        be written is not worth failing the action it reports."""
+        meta = regarding["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:10]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": regarding["apiVersion"],
+                "kind": regarding["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+            },
+            "type": "Warning" if warning else "Normal",
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.create(event)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning("event %s on %s not recorded: %s", reason, meta["name"], e)
 
     async def close(self) -> None:
         await self._api.close()

@@ -17,6 +17,7 @@ class Type(StrEnum):
     LEADER_ELECTED = "LeaderElected"
     DEGRADED = "Degraded"
     COMPACTION_HEALTHY = "CompactionHealthy"
+    PAUSED = "Paused"
 
 
 class Reason(StrEnum):
@@ -28,6 +29,7 @@ class Reason(StrEnum):
     NO_CLAIM = "NoClaim"
     LEADER_NOT_READY = "LeaderNotReady"
     LEADER_POD_MISSING = "LeaderPodMissing"
+    LEADER_UNRESPONSIVE = "LeaderUnresponsive"
     FAILING_OVER = "FailingOver"
     NO_STANDBY = "NoStandby"
     STORE_UNREACHABLE = "StoreUnreachable"
@@ -38,10 +40,12 @@ class Reason(StrEnum):
     COMPACTION_SUCCEEDED = "CompactionSucceeded"
     COMPACTION_FAILED = "CompactionFailed"
     SPARK_UNAVAILABLE = "SparkUnavailable"
+    SPEC_PAUSED = "SpecPaused"
+    NOT_PAUSED = "NotPaused"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
-OBSERVER = "leadership observer (every few seconds)"
+OBSERVER = "leadership observer (every second)"
 COMPACTOR = "compaction loop (with the observer)"
 
 
@@ -102,14 +106,24 @@ ROWS: tuple[Row, ...] = (
         "False",
         Reason.LEADER_NOT_READY,
         OBSERVER,
-        "The claiming pod exists but is not Ready; failover after leaderFailoverSeconds.",
+        "The claiming pod's persister holds the term but the pod is not Ready; failover "
+        "after leaderNotReadySeconds.",
     ),
     Row(
         Type.LEADER_ELECTED,
         "False",
         Reason.LEADER_POD_MISSING,
         OBSERVER,
-        "The claiming pod does not exist; failover after leaderFailoverSeconds.",
+        "The claiming pod does not exist or is being deleted; failover after "
+        "leaderFailoverSeconds.",
+    ),
+    Row(
+        Type.LEADER_ELECTED,
+        "False",
+        Reason.LEADER_UNRESPONSIVE,
+        OBSERVER,
+        "The claiming pod's persister does not answer /readyz as the term's leader; "
+        "failover after leaderFailoverSeconds.",
     ),
     Row(
         Type.LEADER_ELECTED,
@@ -195,6 +209,21 @@ ROWS: tuple[Row, ...] = (
         COMPACTOR,
         "SparkApplications cannot be listed or created (is the Spark operator installed?).",
     ),
+    Row(
+        Type.PAUSED,
+        "True",
+        Reason.SPEC_PAUSED,
+        RECONCILER,
+        "spec.paused: nothing is applied and no failover, switchover, label, roll or "
+        "scaling happens; status is still reported.",
+    ),
+    Row(
+        Type.PAUSED,
+        "False",
+        Reason.NOT_PAUSED,
+        RECONCILER,
+        "The operator reconciles the database and acts on its leadership.",
+    ),
 )
 
 
@@ -238,3 +267,14 @@ def merged(
     return sorted(
         by_type.values(), key=lambda c: order.index(c["type"]) if c["type"] in order else len(order)
     )
+
+
+def paused_condition(paused: bool) -> Condition:
+    if paused:
+        return Condition(
+            Type.PAUSED,
+            "True",
+            Reason.SPEC_PAUSED,
+            "spec.paused is true: no reconcile, failover, switchover, roll or scaling",
+        )
+    return Condition(Type.PAUSED, "False", Reason.NOT_PAUSED, "reconciling and observing")

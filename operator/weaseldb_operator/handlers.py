@@ -20,7 +20,7 @@ import kopf
 from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
-from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.conditions import Condition, Reason, Type, paused_condition
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -108,14 +108,19 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
     except SpecError as e:
         await _reject(kube, body, e)
         raise kopf.PermanentError(str(e)) from e
+    if db.paused:
+        await _set_conditions(kube, body, [paused_condition(db.paused)], {})
+        logger.info("spec.paused: generation %d not applied", db.generation)
+        return
+    leader_pod = ((body.get("status") or {}).get("leader") or {}).get("pod")
     try:
-        for child in children_for(db):
+        for child in children_for(db, leader_pod):
             await kube.apply(child)
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
     except KubeError as e:
         raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
-    updates = _compaction_updates(db)
+    updates = [*_compaction_updates(db), paused_condition(db.paused)]
     ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         updates.append(
@@ -129,7 +134,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
     await _set_conditions(
         kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
     )
-    logger.info("applied %d objects for generation %d", len(children_for(db)), db.generation)
+    logger.info("applied the objects of generation %d", db.generation)
 
 
 def _compaction_updates(db: Database) -> list[Condition]:

@@ -1,9 +1,11 @@
 """Who leads, decided from the newest term claim and the pods (pure).
 
 The operator never writes a claim. It reads the newest one (storage.md, "Terms and
-fencing"), labels that pod leader and the others standby, and when the leader pod has
-been missing or not Ready for `leaderFailoverSeconds` it asks one standby to claim the
-next term (POST /promote on its persister). The standby's own claim then decides: if two
+fencing"), labels that pod leader and the others standby, and asks one standby to claim
+the next term (POST /promote on its persister) when the leader's persister has not held
+its term for `leaderFailoverSeconds` (failover), when its pod has not been Ready for
+`leaderNotReadySeconds`, or when a serving leader must move (switchover: scale-down, a
+cordoned node, `spec.targetLeader`). The standby's own claim then decides: if two
 candidates race, S3's create-only PUT picks one, as it does for pods that start together.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from weaseldb.core.channels import Role
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.resources import LEADER, STANDBY
@@ -43,6 +46,12 @@ class Claim:
         )
 
 
+#: The persister answers that mean "this process set holds (or is opening) its term": a
+#: term's leader answers `starting` while it recovers, so a promoted standby gets the time
+#: its recovery needs without being failed over in turn.
+HOLDING = frozenset({Role.LEADER, Role.STARTING})
+
+
 @dataclass(frozen=True)
 class PodView:
     """What the decision needs to know about one pod of the database."""
@@ -51,9 +60,22 @@ class PodView:
     ready: bool
     not_ready_since: float | None = None  # epoch seconds of the Ready condition's transition
     deleting: bool = False
-    standby: bool = False  # its persister's /readyz answer has the role standby
+    answer: Role | None = None  # the role in its persister's /readyz answer; None: no answer
     role: str | None = None  # current value of the role label
     revision: str | None = None  # the StatefulSet revision it was created from
+    node: str | None = None  # the node it runs on
+    schedulable: bool = True  # False: its node is cordoned (a drain has started)
+
+    @property
+    def standby(self) -> bool:
+        """A live standby: its persister answers `standby` (and it is not going away)."""
+        return self.answer is Role.STANDBY and not self.deleting
+
+    @property
+    def ordinal(self) -> int:
+        """The StatefulSet ordinal in the pod's name (NAME-N); -1 if it has none."""
+        _, _, number = self.name.rpartition("-")
+        return int(number) if number.isdigit() else -1
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,7 @@ class Decision:
     labels: dict[str, str]  # pod name -> role, only pods whose label must change
     promote: str | None
     conditions: list[Condition] = field(default_factory=list)
+    switchover: str | None = None  # why `promote` moves a serving leader, when it does
 
 
 def _labels(pods: list[PodView], leader_pod: str | None) -> dict[str, str]:
@@ -76,9 +99,10 @@ def _labels(pods: list[PodView], leader_pod: str | None) -> dict[str, str]:
 
 def _pick_standby(pods: list[PodView], leader_pod: str) -> str | None:
     candidates = sorted(
-        p.name for p in pods if p.standby and not p.deleting and p.name != leader_pod
+        (p for p in pods if p.standby and p.name != leader_pod),
+        key=lambda p: (not p.schedulable, p.name),  # a cordoned node is about to drain
     )
-    return candidates[0] if candidates else None
+    return candidates[0].name if candidates else None
 
 
 def _elected(reason: Reason, message: str) -> Condition:
@@ -90,7 +114,7 @@ def _summary(
     elected: Condition, pods: list[PodView], leader_pod: str | None, replicas: int
 ) -> list[Condition]:
     serving = elected.reason is Reason.LEADER_READY
-    standbys = sum(1 for p in pods if p.standby and p.name != leader_pod and not p.deleting)
+    standbys = sum(1 for p in pods if p.standby and p.name != leader_pod)
     ready = (
         Condition(Type.READY, "True", Reason.SERVING, f"leader pod {leader_pod} is Ready")
         if serving
@@ -114,16 +138,33 @@ def _summary(
     return [elected, ready, degraded]
 
 
-def absent_since(
+def holds(claim: Claim, pods: list[PodView]) -> bool:
+    """The claiming pod exists, is not being deleted, and its persister answers as the
+    term's leader (serving or still opening it)."""
+    return any(p.name == claim.pod and not p.deleting and p.answer in HOLDING for p in pods)
+
+
+def down_since(
     claim: Claim | None, pods: list[PodView], previous: float | None, now: float
 ) -> float | None:
-    """When the claiming pod was first seen absent, carried from one observation to the
-    next (`previous`); None while it is there or nothing is claimed. A pod being deleted
-    counts as absent: it will not serve again, and a pod stuck terminating on a dead node
-    (or deleted by hand to hurry a failover) must not hold the clock at zero."""
-    if claim is None or any(p.name == claim.pod and not p.deleting for p in pods):
+    """When the claiming pod was first seen not holding its term, carried from one
+    observation to the next (`previous`); None while it holds or nothing is claimed.
+
+    This is the failure detector: the operator asks the leader's persister itself every
+    pass, so a dead process, a pod that is gone or being deleted (it will not serve again:
+    a pod stuck terminating on a dead node must not hold the clock at zero) and a node
+    that stopped answering all count, within a pass, whatever kubelet reports."""
+    if claim is None or holds(claim, pods):
         return None
     return previous if previous is not None else now
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long the operator waits before it acts on a leader that does not serve."""
+
+    failover_seconds: float  # not holding its term (no answer, gone, being deleted)
+    not_ready_seconds: float  # holding it, but its pod not Ready (a sick gateway)
 
 
 def decide(
@@ -131,14 +172,17 @@ def decide(
     pods: list[PodView],
     *,
     now: float,
-    failover_seconds: float,
+    timing: Timing,
     replicas: int,
-    missing_since: float | None,
+    down: float | None,
+    target_leader: str | None = None,
+    paused: bool = False,
 ) -> Decision:
     """Labels, an optional promotion and the conditions, from one observation.
 
-    `missing_since` is when the operator first saw the claiming pod absent (it keeps that
-    between observations; a pod that does not exist has no timestamp of its own)."""
+    `down` is `down_since()`: when the operator first saw the claiming pod not holding its
+    term (it keeps that between observations; a pod that does not exist has no timestamp
+    of its own). `paused`: report, but neither fail over nor switch over."""
     if claim is None:
         elected = _elected(
             Reason.NO_CLAIM,
@@ -148,26 +192,19 @@ def decide(
             None, False, _labels(pods, None), None, _summary(elected, pods, None, replicas)
         )
     pod = next((p for p in pods if p.name == claim.pod and not p.deleting), None)
-    if pod is not None and pod.ready:
-        elected = _elected(
-            Reason.LEADER_READY, f"term {claim.term} held by {claim.leader_id} in pod {claim.pod}"
-        )
-        return Decision(
-            claim,
-            True,
-            _labels(pods, claim.pod),
-            None,
-            _summary(elected, pods, claim.pod, replicas),
-        )
-    since = (pod.not_ready_since if pod is not None else missing_since) or now
-    waited = now - since
-    what = (
-        f"leader pod {claim.pod} (term {claim.term}) "
-        f"{'is not Ready' if pod is not None else 'does not exist'} for {waited:.0f}s"
-    )
-    reason = Reason.LEADER_NOT_READY if pod is not None else Reason.LEADER_POD_MISSING
+    if pod is not None and holds(claim, pods) and pod.ready:
+        return _serving(claim, pods, pod, replicas, target_leader, paused=paused)
+    if pod is not None and holds(claim, pods):
+        waited = now - (pod.not_ready_since or now)
+        what, reason, limit = "is not Ready", Reason.LEADER_NOT_READY, timing.not_ready_seconds
+    else:
+        waited = now - (down or now)
+        (what, reason), limit = _down(claim, pods), timing.failover_seconds
+    what = f"leader pod {claim.pod} (term {claim.term}) {what} for {waited:.0f}s"
     promote = None
-    if waited >= failover_seconds:
+    if waited >= limit and paused:
+        what += "; spec.paused: no failover until it is resumed"
+    elif waited >= limit:
         promote = _pick_standby(pods, claim.pod)
         reason = Reason.FAILING_OVER if promote else Reason.NO_STANDBY
         what += (
@@ -176,7 +213,7 @@ def decide(
             else "; no pod answers as a standby: check the pods or raise spec.replicas"
         )
     else:
-        what += f"; failover after {failover_seconds:.0f}s"
+        what += f"; failover after {limit:.0f}s"
     elected = _elected(reason, what)
     return Decision(
         claim,
@@ -185,3 +222,63 @@ def decide(
         promote,
         _summary(elected, pods, claim.pod, replicas),
     )
+
+
+def _down(claim: Claim, pods: list[PodView]) -> tuple[str, Reason]:
+    pod = next((p for p in pods if p.name == claim.pod), None)
+    if pod is None:
+        return "does not exist", Reason.LEADER_POD_MISSING
+    if pod.deleting:
+        return "is being deleted", Reason.LEADER_POD_MISSING
+    answer = f"answers {pod.answer}" if pod.answer else "does not answer"
+    return f"{answer} (its persister's /readyz)", Reason.LEADER_UNRESPONSIVE
+
+
+def _serving(
+    claim: Claim,
+    pods: list[PodView],
+    leader: PodView,
+    replicas: int,
+    target_leader: str | None,
+    *,
+    paused: bool,
+) -> Decision:
+    held = f"term {claim.term} held by {claim.leader_id} in pod {claim.pod}"
+    move = switchover(leader, pods, replicas=replicas, target_leader=target_leader)
+    if paused:
+        move = None
+    promote, why = move if move else (None, None)
+    if promote:
+        held += f"; switching over to {promote}: {why}"
+    elected = _elected(Reason.LEADER_READY, held)
+    return Decision(
+        claim,
+        True,
+        _labels(pods, claim.pod),
+        promote,
+        _summary(elected, pods, claim.pod, replicas),
+        switchover=why,
+    )
+
+
+def switchover(
+    leader: PodView, pods: list[PodView], *, replicas: int, target_leader: str | None
+) -> tuple[str, str] | None:
+    """A standby to move a serving leader to, and why; None to stay. In order: the
+    leader's ordinal is going away (scale-down), its node is cordoned (a drain waits on
+    the PodDisruptionBudget for this), `spec.targetLeader` names another pod."""
+    standbys = sorted((p for p in pods if p.standby), key=lambda p: p.name)
+    if leader.ordinal >= replicas:
+        kept = [p for p in standbys if 0 <= p.ordinal < replicas]
+        return _first(kept, f"scale-down: replicas {replicas} removes {leader.name}")
+    if not leader.schedulable:
+        elsewhere = [p for p in standbys if p.schedulable and p.node != leader.node]
+        return _first(elsewhere, f"node {leader.node} is cordoned (drain)")
+    if target_leader and target_leader != leader.name:
+        named = [p for p in standbys if p.name == target_leader and p.schedulable]
+        return _first(named, f"spec.targetLeader is {target_leader}")
+    return None
+
+
+def _first(candidates: list[PodView], why: str) -> tuple[str, str] | None:
+    return (candidates[0].name, why) if candidates else None

@@ -1,5 +1,6 @@
-"""The leadership loop: every few seconds, for each WeaselDB, observe (claim, pods), decide
-(leadership.decide), act (labels, promotion, status).
+"""The leadership loop: every second, for each WeaselDB, observe (claim, pods, each pod's
+persister, the pods' nodes), decide (leadership.decide), act (labels, promotion, scaling,
+one roll step, events, status).
 
 It is a plain asyncio task started with the operator, not a kopf timer: kopf puts a
 finalizer on every resource that has a timer or daemon, and a finalizer on every
@@ -27,8 +28,13 @@ from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
-from weaseldb_operator.leadership import Claim, Decision, PodView, absent_since, decide
-from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
+from weaseldb_operator.leadership import Claim, Decision, PodView, Timing, decide, down_since
+from weaseldb_operator.resources import (
+    REVISION_LABEL,
+    ROLE_LABEL,
+    selector_labels,
+    statefulset_replicas,
+)
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
 from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
 
@@ -37,7 +43,13 @@ OBSERVE_ERRORS = Counter(
     "weaseldb_operator_observe_errors_total",
     "Leadership observations that failed unexpectedly (logged, retried next round)",
 )
-PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
+#: A persister that takes longer than this to answer /readyz counts as not answering.
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=1)
+#: Seconds between passes: the failure detector's resolution.
+INTERVAL_S = 1.0
+#: After asking a standby to claim, how long to wait for its claim before asking again
+#: (the same or another standby): claiming takes one PUT, but the standby may be slow.
+PROMOTION_PATIENCE_S = 10.0
 
 
 def _epoch(timestamp: str | None) -> float | None:
@@ -85,14 +97,14 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
 
 
 class Observer:
-    def __init__(self, kube: Kube, namespace: str | None, interval: float = 2.0) -> None:
+    def __init__(self, kube: Kube, namespace: str | None, interval: float = INTERVAL_S) -> None:
         self._kube = kube
         self._namespace = namespace
         self._interval = interval
         self._stores = Stores()
         self._http: aiohttp.ClientSession | None = None
-        self._missing_since: dict[tuple[str, str], float] = {}
-        self._promoted_at: dict[str, float] = {}
+        self._down_since: dict[tuple[str, str], float] = {}
+        self._promoted: dict[tuple[str, str], float] = {}  # (db uid, claim key) -> when
         self._compaction = CompactionLoop(kube, self._stores)
 
     async def run(self) -> None:
@@ -141,37 +153,59 @@ class Observer:
             await self._write_status(db, body, None, updates, None, compaction_status)
             return
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
-        views = [await self._view(db, p) for p in pods]
-        decision = self._decide(db, claim, pods, views)
-        await self._act(db, decision, pods)
-        await self._roll(db, decision, views, pods)
+        views = await self._views(pods)
+        decision = self._decide(db, claim, views)
+        if not db.paused:
+            await self._act(db, body, decision, pods)
+            await self._roll(db, body, decision, views, pods)
         version = await self._committed_version(decision, pods)
         updates = [*decision.conditions, *compaction_conditions]
         await self._write_status(db, body, decision, updates, version, compaction_status)
 
-    def _decide(
-        self, db: Database, claim: Claim | None, pods: list[dict[str, Any]], views: list[PodView]
-    ) -> Decision:
+    def _decide(self, db: Database, claim: Claim | None, views: list[PodView]) -> Decision:
         now = time.time()
-        missing_key = (db.uid, claim.key if claim else "")
-        since = absent_since(claim, views, self._missing_since.get(missing_key), now)
+        key = (db.uid, claim.key if claim else "")
+        since = down_since(claim, views, self._down_since.get(key), now)
         if since is None:
-            self._missing_since.pop(missing_key, None)
+            self._down_since.pop(key, None)
         else:
-            self._missing_since[missing_key] = since
+            self._down_since[key] = since
         return decide(
             claim,
             views,
             now=now,
-            failover_seconds=db.leader_failover_seconds,
+            timing=Timing(db.leader_failover_seconds, db.leader_not_ready_seconds),
             replicas=db.replicas,
-            missing_since=self._missing_since.get(missing_key),
+            down=since,
+            target_leader=db.target_leader,
+            paused=db.paused,
         )
 
-    async def _view(self, db: Database, pod: dict[str, Any]) -> PodView:
+    async def _views(self, pods: list[dict[str, Any]]) -> list[PodView]:
+        """Every pod's view, its persister asked concurrently: a node that stopped
+        answering costs one probe timeout per pass, not one per pod."""
+        schedulable = await self._schedulable_nodes(pods)
+        return list(await asyncio.gather(*(self._view(p, schedulable) for p in pods)))
+
+    async def _schedulable_nodes(self, pods: list[dict[str, Any]]) -> dict[str, bool]:
+        """Node name -> accepts new pods (False once cordoned: `kubectl drain` starts so).
+        A node that cannot be read (gone, or no RBAC to read nodes) counts as schedulable:
+        the failure detector, not this, handles a node that is gone."""
+        names = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
+        found: dict[str, bool] = {}
+        for name in names:
+            try:
+                node = await self._kube.get(f"/api/v1/nodes/{name}")
+            except KubeError:
+                node = None
+            found[name] = not (node or {}).get("spec", {}).get("unschedulable", False)
+        return found
+
+    async def _view(self, pod: dict[str, Any], schedulable: dict[str, bool]) -> PodView:
         ready = _ready_condition(pod)
         is_ready = ready.get("status") == "True"
         meta = pod["metadata"]
+        node = pod.get("spec", {}).get("nodeName") or None
         return PodView(
             name=meta["name"],
             ready=is_ready,
@@ -179,26 +213,48 @@ class Observer:
             if is_ready
             else _epoch(ready.get("lastTransitionTime")) or _epoch(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
-            standby=not is_ready and await self._is_standby(pod),
+            answer=await self._answer(pod),
             role=meta.get("labels", {}).get(ROLE_LABEL),
             revision=meta.get("labels", {}).get(REVISION_LABEL),
+            node=node,
+            schedulable=schedulable.get(node, True) if node else True,
         )
 
-    async def _is_standby(self, pod: dict[str, Any]) -> bool:
+    async def _answer(self, pod: dict[str, Any]) -> Role | None:
         if self._http is None:
-            return False
-        return await persister_role(self._http, pod) is Role.STANDBY
+            return None
+        return await persister_role(self._http, pod)
 
-    async def _act(self, db: Database, decision: Decision, pods: list[dict[str, Any]]) -> None:
+    async def _act(
+        self, db: Database, body: dict[str, Any], decision: Decision, pods: list[dict[str, Any]]
+    ) -> None:
         for name, role in decision.labels.items():
             path = path_for("v1", "Pod", db.namespace, name)
             await self._kube.merge_patch(path, {"metadata": {"labels": {ROLE_LABEL: role}}})
             log.info("%s/%s: pod %s labelled %s", db.namespace, db.name, name, role)
-        if decision.promote is not None:
-            await self._promote(db, decision.promote, pods)
+        if decision.promote is not None and decision.leader is not None:
+            why = decision.switchover or decision.conditions[0].message
+            reason = "SwitchingOver" if decision.switchover else "FailingOver"
+            await self._promote(db, body, decision.leader, decision.promote, pods, reason, why)
+        await self._scale(db, decision)
+
+    async def _scale(self, db: Database, decision: Decision) -> None:
+        """Keep the StatefulSet's replicas at `statefulset_replicas`: a scale-down waits
+        for the switchover away from an ordinal it removes, then goes through."""
+        wanted = statefulset_replicas(db, decision.leader.pod if decision.leader else None)
+        path = path_for("apps/v1", "StatefulSet", db.namespace, db.name)
+        sts = await self._kube.get(path)
+        if sts is not None and sts["spec"].get("replicas") != wanted:
+            await self._kube.merge_patch(path, {"spec": {"replicas": wanted}})
+            log.info("%s/%s: StatefulSet replicas %s", db.namespace, db.name, wanted)
 
     async def _roll(
-        self, db: Database, decision: Decision, views: list[PodView], pods: list[dict[str, Any]]
+        self,
+        db: Database,
+        body: dict[str, Any],
+        decision: Decision,
+        views: list[PodView],
+        pods: list[dict[str, Any]],
     ) -> None:
         """One step of bringing the pods to the StatefulSet's current revision (rollout.py)."""
         sts = await self._kube.get(path_for("apps/v1", "StatefulSet", db.namespace, db.name))
@@ -217,19 +273,40 @@ class Observer:
             return
         log.warning("%s/%s: rollout: %s %s (%s)", db.namespace, db.name,
                     step.action, step.pod, step.why)  # fmt: skip
-        if step.action == "promote":
-            await self._promote(db, step.pod, pods)
-        else:
+        if step.action == "promote" and decision.leader is not None:
+            await self._promote(
+                db, body, decision.leader, step.pod, pods, "RollSwitchover", step.why
+            )
+        elif step.action == "delete":
+            await self._kube.event(body, "RollStep", f"deleted pod {step.pod}: {step.why}")
             await self._kube.delete(path_for("v1", "Pod", db.namespace, step.pod))
 
-    async def _promote(self, db: Database, name: str, pods: list[dict[str, Any]]) -> None:
-        last = self._promoted_at.get(db.uid, 0.0)
-        if time.time() - last < db.leader_failover_seconds or self._http is None:
-            return  # one promotion per failover period; the standby's claim takes a moment
+    async def _promote(
+        self,
+        db: Database,
+        body: dict[str, Any],
+        claim: Claim,
+        name: str,
+        pods: list[dict[str, Any]],
+        reason: str,
+        why: str,
+    ) -> None:
+        """Ask standby `name` to claim the term after `claim`'s: once per claim, asked
+        again only if no new claim came within PROMOTION_PATIENCE_S (the standby's own
+        claim ends this claim's story; two asked standbys would depose each other)."""
+        key = (db.uid, claim.key)
+        if time.time() - self._promoted.get(key, 0.0) < PROMOTION_PATIENCE_S:
+            return
+        if self._http is None:
+            return
         pod = next(p for p in pods if p["metadata"]["name"] == name)
         url = stage_url(pod, Stage.PERSISTER)
-        self._promoted_at[db.uid] = time.time()
-        log.warning("%s/%s: promoting standby %s (%s)", db.namespace, db.name, name, url)
+        self._promoted = {k: v for k, v in self._promoted.items() if k[0] != db.uid}
+        self._promoted[key] = time.time()
+        log.warning("%s/%s: promoting standby %s (%s): %s", db.namespace, db.name, name, url, why)
+        await self._kube.event(
+            body, reason, f"asked standby {name} to claim term {claim.term + 1}: {why}"
+        )
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self._http.post(f"{url}/promote") as response:
                 log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)

@@ -132,8 +132,10 @@ def stage_container(db: Database, stage: Stage, worker: int = 0) -> dict[str, An
         "command": ["weaseldb", "service", stage, "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
         # Liveness only once the process answers: ten Python processes importing at once
         # on a small node take longer than liveness' 30 s of patience (seen on kind).
-        "startupProbe": _probe(db, stage, "/healthz", period=2, failures=90),
-        "readinessProbe": _probe(db, stage, "/readyz", period=2, failures=2),
+        # Startup and readiness every second: a promoted leader's gateway joins the
+        # Service's endpoints within a second of serving (part of the failover time).
+        "startupProbe": _probe(db, stage, "/healthz", period=1, failures=180),
+        "readinessProbe": _probe(db, stage, "/readyz", period=1, failures=2),
         "livenessProbe": _probe(db, stage, "/healthz", period=10, failures=3),
         "resources": db.container_resources(stage),
         "securityContext": SECURITY_CONTEXT,
@@ -173,15 +175,25 @@ def pod_spec(db: Database) -> dict[str, Any]:
     }
 
 
-def statefulset_for(db: Database) -> dict[str, Any]:
+def statefulset_replicas(db: Database, leader_pod: str | None) -> int:
+    """`spec.replicas`, except while the leader holds an ordinal a scale-down would remove:
+    then the pods stay until the operator has switched over to a kept standby (leadership
+    `switchover`), so scaling down never takes the leader's pod from under it."""
+    _, _, number = (leader_pod or "").rpartition("-")
+    leader_ordinal = int(number) if number.isdigit() else -1
+    return max(db.replicas, leader_ordinal + 1)
+
+
+def statefulset_for(db: Database, leader_pod: str | None = None) -> dict[str, Any]:
     """Pods that each run the whole ring; the config hash in the template rolls them when
-    the configuration changes."""
+    the configuration changes. `leader_pod`: the pod the newest claim names (see
+    `statefulset_replicas`)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": _metadata(db, db.name),
         "spec": {
-            "replicas": db.replicas,
+            "replicas": statefulset_replicas(db, leader_pod),
             "serviceName": headless_name(db),
             "podManagementPolicy": "Parallel",
             # The operator deletes outdated pods itself, standbys first (rollout.py): the
@@ -244,13 +256,13 @@ def pdb_for(db: Database) -> dict[str, Any] | None:
     }
 
 
-def children_for(db: Database) -> list[dict[str, Any]]:
+def children_for(db: Database, leader_pod: str | None = None) -> list[dict[str, Any]]:
     """Everything a database owns, in apply order."""
     built = [
         configmap_for(db),
         headless_service_for(db),
         gateway_service_for(db),
-        statefulset_for(db),
+        statefulset_for(db, leader_pod),
         pdb_for(db),
     ]
     return [obj for obj in built if obj is not None]

@@ -125,6 +125,9 @@ class Database:
     gateway_service_type: str
     resources: dict[str, dict[str, Any]]
     compaction: Compaction | None = None
+    leader_not_ready_seconds: int = 30
+    target_leader: str | None = None
+    paused: bool = False
 
     @property
     def delete_data(self) -> bool:
@@ -216,6 +219,17 @@ def compaction_from(raw: dict[str, Any] | None) -> Compaction | None:
     )
 
 
+def _target_leader(name: str, spec: dict[str, Any]) -> str | None:
+    target = spec.get("targetLeader") or None
+    replicas = int(spec.get("replicas", 1))
+    pods = [f"{name}-{i}" for i in range(replicas)]
+    if target is not None and target not in pods:
+        raise SpecError(
+            f"spec.targetLeader: {target!r} is not a pod of this database ({', '.join(pods)})"
+        )
+    return target
+
+
 def database_from(body: dict[str, Any]) -> Database:
     """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
     meta, spec = body.get("metadata", {}), body.get("spec") or {}
@@ -229,7 +243,10 @@ def database_from(body: dict[str, Any]) -> Database:
         image=spec.get("image", "ghcr.io/weaseldb/weaseldb:0.1.0"),
         image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
         deletion_policy=spec.get("deletionPolicy", "Retain"),
-        leader_failover_seconds=int(spec.get("leaderFailoverSeconds", 30)),
+        leader_failover_seconds=int(spec.get("leaderFailoverSeconds", 2)),
+        leader_not_ready_seconds=int(spec.get("leaderNotReadySeconds", 30)),
+        target_leader=_target_leader(meta["name"], spec),
+        paused=bool(spec.get("paused", False)),
         storage=storage,
         config=pipeline_config(spec, storage),
         gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),

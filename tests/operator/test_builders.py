@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Reason
-from weaseldb_operator.leadership import Claim, PodView, decide
 from weaseldb_operator.resources import (
     CONFIG_HASH,
     ROLE_LABEL,
@@ -23,7 +22,6 @@ from weaseldb_operator.resources import (
 from weaseldb_operator.spec import SpecError, database_from
 
 from weaseldb.core import config as config_module
-from weaseldb.core.types import NUMBER_TOP
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,99 +133,6 @@ def test_every_child_is_owned_by_the_database() -> None:
 def test_unusable_specs_name_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError, match=field):
         database_from(body(**spec))
-
-
-def claim(term: int = 1, pod: str = "orders-0") -> Claim:
-    return Claim("terms/x", NUMBER_TOP - term + 1, f"{pod}-abc", pod, 1_700_000_000_000)
-
-
-NOW = 1_000.0
-
-
-@pytest.mark.parametrize(
-    ("claimed", "pods", "missing_since", "reason", "promote"),
-    [
-        pytest.param(
-            None, [PodView("orders-0", False)], None, Reason.NO_CLAIM, None, id="nobody-claimed"
-        ),
-        pytest.param(
-            claim(),
-            [PodView("orders-0", True), PodView("orders-1", False, standby=True)],
-            None,
-            Reason.LEADER_READY,
-            None,
-            id="leader-ready",
-        ),
-        pytest.param(
-            claim(),
-            [
-                PodView("orders-0", False, not_ready_since=NOW - 5),
-                PodView("orders-1", False, standby=True),
-            ],
-            None,
-            Reason.LEADER_NOT_READY,
-            None,
-            id="not-ready-within-timeout",
-        ),
-        pytest.param(
-            claim(),
-            [
-                PodView("orders-0", False, not_ready_since=NOW - 31),
-                PodView("orders-1", False, standby=True),
-            ],
-            None,
-            Reason.FAILING_OVER,
-            "orders-1",
-            id="not-ready-too-long",
-        ),
-        pytest.param(
-            claim(),
-            [PodView("orders-1", False, standby=True)],
-            NOW - 10,
-            Reason.LEADER_POD_MISSING,
-            None,
-            id="missing-within-timeout",
-        ),
-        pytest.param(
-            claim(),
-            [PodView("orders-1", False, standby=True)],
-            NOW - 40,
-            Reason.FAILING_OVER,
-            "orders-1",
-            id="missing-too-long",
-        ),
-        pytest.param(
-            claim(),
-            [PodView("orders-1", False)],
-            NOW - 40,
-            Reason.NO_STANDBY,
-            None,
-            id="no-standby-answers",
-        ),
-    ],
-)
-def test_leadership_decision(
-    claimed: Claim | None,
-    pods: list[PodView],
-    missing_since: float | None,
-    reason: Reason,
-    promote: str | None,
-) -> None:
-    decision = decide(
-        claimed, pods, now=NOW, failover_seconds=30, replicas=2, missing_since=missing_since
-    )
-    elected = decision.conditions[0]
-    assert (elected.reason, decision.promote) == (reason, promote)
-    assert (elected.status == "True") is (reason is Reason.LEADER_READY)
-
-
-def test_labels_follow_the_claim_and_change_only_when_needed() -> None:
-    pods = [PodView("orders-0", True, role="standby"), PodView("orders-1", False, role="standby")]
-    decision = decide(
-        claim(2, "orders-0"), pods, now=NOW, failover_seconds=30, replicas=2, missing_since=None
-    )
-    assert decision.labels == {"orders-0": "leader"}
-    assert decision.leader is not None and decision.leader.term == 2
 
 
 def test_conditions_table_in_docs_matches_the_module() -> None:

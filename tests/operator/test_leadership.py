@@ -87,6 +87,7 @@ def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Ite
     spec = {
         "replicas": 2,
         "leaderFailoverSeconds": 5,
+        "leaderNotReadySeconds": 5,
         "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
     }
     control_plane.apply(weaseldb("ledger", namespace, spec))
@@ -209,7 +210,7 @@ def test_a_leader_pod_stuck_terminating_fails_over(
             control_plane, namespace, "failover due for the terminating leader (5 s), no standby"
         )
         message = condition(body, "LeaderElected")["message"]
-        assert "leader pod ledger-0 (term 1) does not exist" in message
+        assert "leader pod ledger-0 (term 1) is being deleted" in message
     finally:
         released = json.dumps({"metadata": {"finalizers": None}})
         control_plane.kubectl(

@@ -9,15 +9,17 @@ from dataclasses import replace
 from weaseldb_operator.leadership import PodView
 from weaseldb_operator.rollout import Step, next_step
 
+from weaseldb.core.channels import Role
+
 OLD, NEW = "rev-old", "rev-new"
 
 
 def leader(name: str = "db-0", revision: str | None = OLD) -> PodView:
-    return PodView(name, ready=True, role="leader", revision=revision)
+    return PodView(name, ready=True, answer=Role.LEADER, role="leader", revision=revision)
 
 
 def standby(name: str, revision: str | None = OLD) -> PodView:
-    return PodView(name, ready=False, standby=True, role="standby", revision=revision)
+    return PodView(name, ready=False, answer=Role.STANDBY, role="standby", revision=revision)
 
 
 def step(pods: list[PodView], leader_ready: bool = True, replicas: int = 0) -> Step | None:

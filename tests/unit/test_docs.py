@@ -436,19 +436,15 @@ def test_operator_module_table_lists_every_module() -> None:
 
 
 def test_operator_numbers() -> None:
-    observer = ast.parse((OPERATOR / "observer.py").read_text())
-    init = next(
-        n for n in ast.walk(observer) if isinstance(n, ast.FunctionDef) and n.name == "__init__"
-    )
-    assert ast.literal_eval(init.args.defaults[-1]) == 2.0  # the observer's interval
-
     def constant(module: str, name: str) -> Any:
         return source_constant(f"operator/weaseldb_operator/{module}.py", name)
 
+    assert constant("observer", "INTERVAL_S") == 1.0
     ports = config.Ports()
     stated(
         "docs/operator.md",
-        "Every two seconds the observer",
+        "Every second the observer",
+        f"at most one promotion every {constant('observer', 'PROMOTION_PATIENCE_S'):g} s",
         f"at most every {constant('compactor', 'LAG_INTERVAL_S'):g} s",
         f"gives up after {constant('handlers', 'PURGE_TIMEOUT_S') // 60} minutes",
         f"runs as uid {constant('resources', 'USER_ID')}",

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.operator.helpers import weaseldb
+from tests.operator.pods import Pods
 from tests.support.kube import ControlPlane, missing_binaries
 from tests.support.minio import MinioServer
 from tests.support.waiting import stop_process
@@ -51,3 +53,20 @@ def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
 def kube(control_plane: ControlPlane) -> ControlPlane:
     """The cluster the shared `namespace` fixture (tests/conftest.py) makes namespaces on."""
     return control_plane
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Iterator[Pods]:
+    """WeaselDB `ledger` (two replicas, failover after 5 s) on a fresh bucket, and the
+    process sets standing for its pods (tests/operator/pods.py)."""
+    bucket = minio.new_bucket()
+    spec = {
+        "replicas": 2,
+        "leaderFailoverSeconds": 5,
+        "leaderNotReadySeconds": 5,
+        "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
+    }
+    control_plane.apply(weaseldb("ledger", namespace, spec))
+    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"))
+    yield started
+    started.stop()

@@ -1,123 +1,20 @@
 """Leader status from real term claims: MinIO, real `weaseldb up` process sets whose
-`pod_name` names Pod objects in the API server, and the operator in between.
-
-Pods never run without a kubelet, so each Pod object stands for one process set: the
-test sets its status (podIP 127.0.0.1, Ready) through the status subresource and gives it
-the set's ports, as a kubelet would report a running pod."""
+`pod_name` names Pod objects in the API server (tests/operator/pods.py), and the operator
+in between."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.operator.helpers import condition, weaseldb
-from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.operator.helpers import condition
+from tests.operator.pods import Pods, leader_of, leads_ready, set_ready
 from tests.support.kube import ControlPlane
-from tests.support.minio import MinioServer
 
 pytestmark = pytest.mark.slow
-SELECTOR = {"app.kubernetes.io/name": "weaseldb", "app.kubernetes.io/instance": "ledger"}
-
-
-def pod_manifest(name: str, namespace: str, port: int) -> dict[str, Any]:
-    ports = [
-        {"name": stage, "containerPort": port + i}
-        for i, stage in enumerate(("gateway", "sequencer", "resolver", "persister"))
-    ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": SELECTOR},
-        "spec": {"containers": [{"name": "ring", "image": "weaseldb:test", "ports": ports}]},
-    }
-
-
-def set_ready(plane: ControlPlane, namespace: str, name: str, ready: bool) -> None:
-    status = {
-        "status": {
-            "phase": "Running",
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        }
-    }
-    plane.kubectl(
-        "patch",
-        "pod",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(status),
-    )
-
-
-class Pods:
-    """Process sets standing for pods; stopped at the end of the test."""
-
-    def __init__(self, plane: ControlPlane, minio: MinioServer, namespace: str, store: str):
-        self.plane, self.minio, self.namespace, self.store = plane, minio, namespace, store
-        self.sets: list[ProcessSet] = []
-
-    def start(self, name: str) -> ProcessSet:
-        port = free_port_block()
-        run_dir = short_run_dir()
-        config = run_dir / "pod.toml"
-        config.write_text(f'pod_name = "{name}"\n')
-        self.plane.apply(pod_manifest(name, self.namespace, port))
-        process_set = ProcessSet(self.store, port, run_dir, ["--config", str(config)]).start()
-        self.sets.append(process_set)
-        set_ready(self.plane, self.namespace, name, True)
-        return process_set
-
-    def stop(self) -> None:
-        for process_set in self.sets:
-            process_set.kill()
-
-
-@pytest.fixture
-def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Iterator[Pods]:
-    bucket = minio.new_bucket()
-    spec = {
-        "replicas": 2,
-        "leaderFailoverSeconds": 5,
-        "leaderNotReadySeconds": 5,
-        "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
-    }
-    control_plane.apply(weaseldb("ledger", namespace, spec))
-    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"))
-    yield started
-    started.stop()
-
-
-def leader_of(plane: ControlPlane, namespace: str) -> dict[str, Any]:
-    leader: dict[str, Any] = (
-        plane.get("wdb", "ledger", "-n", namespace)["status"].get("leader") or {}
-    )
-    return leader
-
-
-def leads_ready(plane: ControlPlane, namespace: str, pod: str) -> None:
-    """Wait until `pod` holds the term and the observer has seen it Ready. A pod is not
-    Ready from its creation until its process set answers, which under load can outlast
-    leaderFailoverSeconds: a failover test that starts before this would read a status
-    written about the start, not about the fault it makes."""
-
-    def ready() -> bool:
-        body = plane.get("wdb", "ledger", "-n", namespace)
-        leader = body.get("status", {}).get("leader") or {}
-        return (
-            leader.get("pod") == pod
-            and condition(body, "LeaderElected").get("reason") == "LeaderReady"
-        )
-
-    plane.wait_for(ready, what=f"{pod} leads and is Ready")
 
 
 def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:

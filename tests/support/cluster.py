@@ -84,6 +84,13 @@ class ProcessSet:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> ProcessSet:
+        self.launch()
+        self.wait_ready(timeout)
+        return self
+
+    def launch(self) -> ProcessSet:
+        """Start the set without waiting for its gateway to be ready (a standby's never
+        is); again after it exited, like a restarted container."""
         self.log_path = self.run_dir / "up.log"
         started_logs.append(self.log_path)
         command = [
@@ -106,7 +113,6 @@ class ProcessSet:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:

@@ -321,3 +321,27 @@ def test_the_statefulset_carries_the_placement(
         ),
         what="affinity removed",
     )
+
+
+@pytest.mark.slow
+def test_a_placement_the_api_server_refuses_is_an_invalid_spec(
+    control_plane: ControlPlane, operator: Path, minio: MinioServer, namespace: str
+) -> None:
+    """affinity's inner terms are passed through: the API server checks them when the
+    StatefulSet is applied, and the operator reports its refusal instead of retrying."""
+    term = {"matchExpressions": [{"key": "pool", "operator": "Near"}]}
+    bad = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    control_plane.apply(
+        weaseldb("refused", namespace, _spec(minio, affinity={"nodeAffinity": bad}))
+    )
+
+    def refusal() -> dict[str, Any] | None:
+        events = control_plane.get("events", "-n", namespace)["items"]
+        found = [e for e in events if e["involvedObject"]["name"] == "refused"]
+        return next((e for e in found if e["reason"] == "InvalidSpec"), None)
+
+    event = control_plane.wait_for(refusal, what="InvalidSpec event")
+    assert event["type"] == "Warning"
+    assert 'StatefulSet.apps "refused" is invalid' in event["message"]
+    assert '"Near"' in event["message"], event["message"]
+    assert get_or_none(control_plane, "statefulset", "refused", "-n", namespace) is None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 
@@ -85,8 +85,10 @@ async def _set_conditions(
     await kube.patch_status(path_for(API_VERSION, KIND, meta["namespace"], meta["name"]), status)
 
 
-async def _reject(kube: Kube, body: kopf.Body, error: SpecError) -> None:
-    message = f"{error}; fix the spec, nothing was changed in the cluster"
+async def _reject(
+    kube: Kube, body: kopf.Body, error: SpecError, done: str = "nothing was changed in the cluster"
+) -> None:
+    message = f"{error}; fix the spec, {done}"
     await _set_conditions(
         kube,
         body,
@@ -96,6 +98,16 @@ async def _reject(kube: Kube, body: kopf.Body, error: SpecError) -> None:
         ],
         {},
     )
+
+
+async def _refused(kube: Kube, body: kopf.Body, error: KubeError) -> NoReturn:
+    """A child the API server found invalid (422) was built from the spec: the placement
+    fields reach the pod template as given, and only the API server checks their inner
+    shape (a node selector term, a label key). That is an invalid spec, not a retry."""
+    refused = SpecError(f"the API server refused a child: {error}")
+    await kube.event(dict(body), Reason.INVALID_SPEC, str(refused), warning=True)
+    await _reject(kube, body, refused, done="the pods were not changed")
+    raise kopf.PermanentError(str(refused)) from error
 
 
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)
@@ -119,6 +131,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
     except KubeError as e:
+        if e.status == 422:
+            await _refused(kube, body, e)
         raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
     updates = [*_compaction_updates(db), paused_condition(db.paused)]
     ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]

@@ -172,6 +172,7 @@ def pod_spec(db: Database) -> dict[str, Any]:
         },
         "terminationGracePeriodSeconds": int(db.config.drain_timeout_s) + 15,
         "enableServiceLinks": False,
+        **placement_for(db),
     }
 
 
@@ -182,6 +183,48 @@ def statefulset_replicas(db: Database, leader_pod: str | None) -> int:
     _, _, number = (leader_pod or "").rpartition("-")
     leader_ordinal = int(number) if number.isdigit() else -1
     return max(db.replicas, leader_ordinal + 1)
+
+
+#: The default anti-affinity spreads a database's pods over nodes: a standby on the
+#: leader's node survives the leader's crash but not its node's.
+NODE_TOPOLOGY = "kubernetes.io/hostname"
+
+
+def default_anti_affinity(db: Database) -> dict[str, Any] | None:
+    """`spec.antiAffinity` as a podAntiAffinity over this database's own pods."""
+    term = {"labelSelector": {"matchLabels": selector_labels(db)}, "topologyKey": NODE_TOPOLOGY}
+    if db.placement.anti_affinity == "required":
+        return {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if db.placement.anti_affinity == "preferred":
+        weighted = {"weight": 100, "podAffinityTerm": term}
+        return {"preferredDuringSchedulingIgnoredDuringExecution": [weighted]}
+    return None
+
+
+def affinity_for(db: Database) -> dict[str, Any]:
+    """`spec.affinity` as given, plus the default podAntiAffinity unless it has its own."""
+    given, default = db.placement.affinity, default_anti_affinity(db)
+    if default is None or "podAntiAffinity" in given:
+        return dict(given)
+    return {**given, "podAntiAffinity": default}
+
+
+def placement_for(db: Database) -> dict[str, Any]:
+    """The pod spec's placement fields; unset ones are left out. A spread constraint
+    without a labelSelector counts this database's pods (without one it counts none)."""
+    p = db.placement
+    selector = {"labelSelector": {"matchLabels": selector_labels(db)}}
+    fields = {
+        "affinity": affinity_for(db),
+        "topologySpreadConstraints": [selector | c for c in p.topology_spread_constraints],
+        "nodeSelector": dict(p.node_selector),
+        "tolerations": list(p.tolerations),
+        "priorityClassName": p.priority_class_name,
+        "serviceAccountName": p.service_account_name,
+        "imagePullSecrets": [{"name": name} for name in p.image_pull_secrets],
+    }
+    # The ring never calls the Kubernetes API: no token to steal from a pod.
+    return {"automountServiceAccountToken": False} | {k: v for k, v in fields.items() if v}
 
 
 def statefulset_for(db: Database, leader_pod: str | None = None) -> dict[str, Any]:
@@ -201,7 +244,10 @@ def statefulset_for(db: Database, leader_pod: str | None = None) -> dict[str, An
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector_labels(db)},
             "template": {
-                "metadata": {"labels": labels(db), "annotations": {CONFIG_HASH: config_hash(db)}},
+                "metadata": {
+                    "labels": {**db.placement.pod_labels, **labels(db)},
+                    "annotations": {**db.placement.pod_annotations, CONFIG_HASH: config_hash(db)},
+                },
                 "spec": pod_spec(db),
             },
         },

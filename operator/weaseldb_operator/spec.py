@@ -8,7 +8,7 @@ by the core's own validation, so a spec the services would refuse is refused up 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -107,6 +107,39 @@ class Compaction:
     ttl_seconds: int = 86400
 
 
+#: Pod label keys the operator owns: its selector (and managed-by) labels, and every key
+#: under its own prefix (the role label the gateway Service selects on, the config hash).
+#: `podLabels` and `podAnnotations` may not set them: a selector label changed in the
+#: template would orphan the pods, and a role label set at creation would route clients to
+#: a standby. The CRD refuses them with a CEL rule (at `kubectl apply`); `placement_from`
+#: applies the same rule, as `compaction_from` does for its own, so a body that reached the
+#: operator without that rule is refused with the same message.
+RESERVED_POD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+)
+OPERATOR_KEY_PREFIX = f"{API_GROUP}/"
+ANTI_AFFINITY = ("preferred", "required", "none")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and as whom the pods run (docs/operator.md "Placement"): the pod spec fields
+    of the same names, passed to the pod template as given."""
+
+    anti_affinity: str = "preferred"  # the default podAntiAffinity across nodes
+    affinity: dict[str, Any] = field(default_factory=dict)
+    topology_spread_constraints: tuple[dict[str, Any], ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    priority_class_name: str = ""
+    service_account_name: str = ""
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    image_pull_secrets: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Database:
     """One WeaselDB resource: identity, spec and the validated pipeline configuration."""
@@ -128,6 +161,7 @@ class Database:
     leader_not_ready_seconds: int = 30
     target_leader: str | None = None
     paused: bool = False
+    placement: Placement = Placement()
 
     @property
     def delete_data(self) -> bool:
@@ -230,6 +264,43 @@ def _target_leader(name: str, spec: dict[str, Any]) -> str | None:
     return target
 
 
+def reserved_key(key: str) -> bool:
+    """A pod label or annotation key only the operator may set."""
+    return key in RESERVED_POD_LABELS or key.startswith(OPERATOR_KEY_PREFIX)
+
+
+def _strings(spec: dict[str, Any], name: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (spec.get(name) or {}).items()}
+
+
+def placement_from(spec: dict[str, Any]) -> Placement:
+    """The placement fields of a spec. The CRD checks their shapes (affinity only at its
+    top level; the API server checks the rest when the StatefulSet is applied); this
+    refuses what would take a pod away from the operator."""
+    for kind in ("podLabels", "podAnnotations"):
+        taken = sorted(k for k in spec.get(kind) or {} if reserved_key(k))
+        if taken:
+            raise SpecError(
+                f"spec.{kind}: {', '.join(taken)} is the operator's own (the keys "
+                f"{', '.join(RESERVED_POD_LABELS)} and {OPERATOR_KEY_PREFIX}* are reserved)"
+            )
+    anti_affinity = str(spec.get("antiAffinity", "preferred"))
+    if anti_affinity not in ANTI_AFFINITY:
+        raise SpecError(f"spec.antiAffinity: {anti_affinity!r} is not one of {ANTI_AFFINITY}")
+    return Placement(
+        anti_affinity=anti_affinity,
+        affinity=dict(spec.get("affinity") or {}),
+        topology_spread_constraints=tuple(spec.get("topologySpreadConstraints") or ()),
+        node_selector=_strings(spec, "nodeSelector"),
+        tolerations=tuple(spec.get("tolerations") or ()),
+        priority_class_name=str(spec.get("priorityClassName", "")),
+        service_account_name=str(spec.get("serviceAccountName", "")),
+        pod_labels=_strings(spec, "podLabels"),
+        pod_annotations=_strings(spec, "podAnnotations"),
+        image_pull_secrets=tuple(str(s["name"]) for s in spec.get("imagePullSecrets") or ()),
+    )
+
+
 def database_from(body: dict[str, Any]) -> Database:
     """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
     meta, spec = body.get("metadata", {}), body.get("spec") or {}
@@ -252,4 +323,5 @@ def database_from(body: dict[str, Any]) -> Database:
         gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),
         resources=dict(spec.get("resources") or {}),
         compaction=compaction_from(spec.get("compaction")),
+        placement=placement_from(spec),
     )

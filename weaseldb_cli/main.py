@@ -26,6 +26,7 @@ weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config 
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
 weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
 weaseldb operator [--namespace NS]
+weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
 """
 
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
@@ -68,6 +69,16 @@ def _parser() -> argparse.ArgumentParser:
 
     operator = commands.add_parser("operator", help="run the Kubernetes operator (kopf)")
     operator.add_argument("--namespace", help="watch only this namespace (default: all)")
+
+    switch = commands.add_parser(
+        "switchover", help="move a Kubernetes database's leader to a standby (kubeconfig)"
+    )
+    switch.add_argument("name", help="the WeaselDB resource")
+    switch.add_argument("--to", help="the pod to lead (default: the first live standby)")
+    switch.add_argument("--namespace", "-n", default="default")
+    switch.add_argument(
+        "--timeout", type=float, default=60, help="seconds to wait for it (0: do not wait)"
+    )
 
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
     service.add_argument("name", choices=[stage.value for stage in Stage])
@@ -151,6 +162,19 @@ def cmd_compact(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_switchover(args: argparse.Namespace) -> int:
+    from weaseldb_operator.kube import KubeError
+    from weaseldb_operator.switchover import SwitchoverError, run
+
+    try:
+        pod = asyncio.run(run(args.namespace, args.name, args.to, args.timeout))
+    except (SwitchoverError, KubeError) as e:
+        print(f"weaseldb switchover: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.namespace}/{args.name}: {pod} {'leads' if args.timeout else 'asked to lead'}")
+    return 0
+
+
 def cmd_service(args: argparse.Namespace) -> int:
     import uvloop
 
@@ -222,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_operator(namespace=args.namespace)
         if args.command == "compact":
             return cmd_compact(args)
+        if args.command == "switchover":
+            return cmd_switchover(args)
         return cmd_service(args)
     except ConfigError as e:
         print(f"weaseldb: {e}", file=sys.stderr)

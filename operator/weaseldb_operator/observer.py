@@ -160,7 +160,10 @@ class Observer:
             await self._roll(db, body, decision, views, pods)
         version = await self._committed_version(decision, pods)
         updates = [*decision.conditions, *compaction_conditions]
-        await self._write_status(db, body, decision, updates, version, compaction_status)
+        standbys = {"standbys": sorted(v.name for v in views if v.standby)}
+        await self._write_status(
+            db, body, decision, updates, version, {**compaction_status, **standbys}
+        )
 
     def _decide(self, db: Database, claim: Claim | None, views: list[PodView]) -> Decision:
         now = time.time()

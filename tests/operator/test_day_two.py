@@ -5,6 +5,8 @@ spec.targetLeader and for a scale-down, and spec.paused."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,15 @@ def patch_spec(plane: ControlPlane, namespace: str, spec: dict[str, Any]) -> Non
 def events(plane: ControlPlane, namespace: str) -> list[tuple[str, str]]:
     items = plane.get("events", "-n", namespace)["items"]
     return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["kind"] == "WeaselDB"]
+
+
+def switchover_cli(
+    plane: ControlPlane, namespace: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "weaseldb_cli", "switchover", "ledger", "-n", namespace]
+    return subprocess.run(
+        [*command, *args], env=plane.env, capture_output=True, text=True, timeout=120
+    )
 
 
 def leader_with_standby(
@@ -77,7 +88,10 @@ def test_switchover_for_a_cordoned_node_a_target_and_a_scale_down(
         pods.restart("ledger-1")
         standbys_answer(control_plane, namespace, 1)
 
-        patch_spec(control_plane, namespace, {"targetLeader": "ledger-1"})
+        # The CLI verb: no --to, so the first live standby the operator reported.
+        moved_to = switchover_cli(control_plane, namespace)
+        assert moved_to.returncode == 0, moved_to.stderr
+        assert "ledger-1 leads" in moved_to.stdout
         leads_ready(control_plane, namespace, "ledger-1")
         pods.restart("ledger-0")
         standbys_answer(control_plane, namespace, 1)
@@ -117,3 +131,13 @@ def test_paused_holds_failover_until_resumed(
     assert leader_of(control_plane, namespace)["pod"] == "ledger-0"
     patch_spec(control_plane, namespace, {"paused": False})
     assert leads_ready(control_plane, namespace, "ledger-1")["status"]["leader"]["term"] == 2
+
+
+def test_switchover_refuses_a_pod_that_is_not_the_databases(
+    control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
+) -> None:
+    refused = switchover_cli(control_plane, namespace, "--to", "ledger-7")
+    assert refused.returncode == 1
+    assert "ledger-7 is not one of its pods (ledger-0, ledger-1)" in refused.stderr
+    spec = control_plane.get("wdb", "ledger", "-n", namespace)["spec"]
+    assert "targetLeader" not in spec  # nothing changed

@@ -199,7 +199,9 @@ def decide(
         what, reason, limit = "is not Ready", Reason.LEADER_NOT_READY, timing.not_ready_seconds
     else:
         waited = now - (down or now)
-        (what, reason), limit = _down(claim, pods), timing.failover_seconds
+        what, reason = _down(claim, pods)
+        # A pod that is gone or being deleted will not serve this term again: no wait.
+        limit = timing.failover_seconds if pod is not None else 0.0
     what = f"leader pod {claim.pod} (term {claim.term}) {what} for {waited:.0f}s"
     promote = None
     if waited >= limit and paused:

@@ -87,12 +87,12 @@ def decided(
         ),
         pytest.param(
             [leader(deleting=True), standby()],
-            NOW - 2,
+            NOW,  # at once: it will not serve again
             Reason.FAILING_OVER,
             "orders-1",
             id="being-deleted",
         ),
-        pytest.param([standby()], NOW - 2, Reason.FAILING_OVER, "orders-1", id="gone"),
+        pytest.param([standby()], NOW, Reason.FAILING_OVER, "orders-1", id="gone"),
         pytest.param([PodView("orders-1", False)], NOW - 40, Reason.NO_STANDBY, None, id="none"),
         pytest.param(
             [standby(deleting=True)], NOW - 40, Reason.NO_STANDBY, None, id="standby-leaving"

@@ -85,8 +85,16 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
 
 
 class Observer:
-    def __init__(self, kube: Kube, namespace: str | None, interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str | None,
+        interval: float = 2.0,
+        *,
+        admin_headers: dict[str, str] | None = None,
+    ) -> None:
         self._kube = kube
+        self._admin_headers = admin_headers or {}  # the admin token, for POST /promote
         self._namespace = namespace
         self._interval = interval
         self._stores = Stores()
@@ -231,7 +239,7 @@ class Observer:
         self._promoted_at[db.uid] = time.time()
         log.warning("%s/%s: promoting standby %s (%s)", db.namespace, db.name, name, url)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._http.post(f"{url}/promote") as response:
+            async with self._http.post(f"{url}/promote", headers=self._admin_headers) as response:
                 log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)
 
     async def _committed_version(

@@ -241,6 +241,21 @@ class Observer:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self._http.post(f"{url}/promote", headers=self._admin_headers) as response:
                 log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)
+                if response.status == 401:
+                    await self._token_refused(pod)
+
+    async def _token_refused(self, pod: dict[str, Any]) -> None:
+        """The pod's persister holds another admin token than the operator (or the operator
+        has none): no failover can reach it until they agree (docs/operator.md, "The
+        admin door")."""
+        message = (
+            "POST /promote answered 401: the persister's admin token (Secret "
+            "NAME-admin-token) is not the operator's; pods read it at each request"
+        )
+        log.warning("%s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], message)
+        await self._kube.event(
+            {"apiVersion": "v1", "kind": "Pod", **pod}, "AdminTokenRefused", message, warning=True
+        )
 
     async def _committed_version(
         self, decision: Decision, pods: list[dict[str, Any]]

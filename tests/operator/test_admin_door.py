@@ -74,11 +74,14 @@ class TokenPods:
         self.token_file.write_text(ADMIN_TOKEN + "\n")
         self.sets: list[ProcessSet] = []
 
-    def start(self, name: str, *, standby: bool = False) -> ProcessSet:
+    def start(
+        self, name: str, *, standby: bool = False, token_file: Path | None = None
+    ) -> ProcessSet:
         port, run_dir = free_port_block(), short_run_dir()
         config = run_dir / "pod.toml"
         claim = '[persister]\nclaim_on_start = "unclaimed_or_own"\n' if standby else ""
-        config.write_text(f'pod_name = "{name}"\nadmin_token_file = "{self.token_file}"\n{claim}')
+        token = token_file or self.token_file
+        config.write_text(f'pod_name = "{name}"\nadmin_token_file = "{token}"\n{claim}')
         self.plane.apply(pod_manifest(name, self.namespace, port))
         process_set = ProcessSet(self.store, port, run_dir, ["--config", str(config)])
         self.sets.append(process_set)
@@ -132,3 +135,32 @@ def test_the_operator_promotes_a_standby_with_the_admin_token(
     assert leader_of(control_plane, namespace)["term"] == 2
     standby.wait_ready(60)
     assert f"{namespace}/ledger: /promote answered 200" in operator.read_text()
+
+
+def test_a_standby_with_another_token_is_not_promoted_and_the_pod_says_why(
+    control_plane: ControlPlane,
+    operator: Path,
+    namespace: str,
+    token_pods: TokenPods,
+    tmp_path: Path,
+) -> None:
+    leader = token_pods.start("ledger-0")
+    leads_ready(control_plane, namespace, "ledger-0")
+    other = tmp_path / "other-token"
+    other.write_text("not-the-operators-token")
+    standby = token_pods.start("ledger-1", standby=True, token_file=other)
+    persister = f"http://127.0.0.1:{standby.port + 3}"
+    wait_for(lambda: standby_role(persister), what="ledger-1 answers as a standby")
+
+    leader.kill()
+    set_ready(control_plane, namespace, "ledger-0", False)
+
+    def refused() -> bool:
+        events = control_plane.get("events", "-n", namespace)["items"]
+        return any(
+            e["reason"] == "AdminTokenRefused" and e["involvedObject"]["name"] == "ledger-1"
+            for e in events
+        )
+
+    control_plane.wait_for(refused, timeout=60, what="AdminTokenRefused on ledger-1")
+    assert httpx.get(f"{persister}/readyz").json()["role"] == "standby"  # not promoted

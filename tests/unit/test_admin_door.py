@@ -31,3 +31,13 @@ def test_a_missing_or_empty_token_file_stops_the_start(tmp_path: Path, content: 
         path.write_text(content)
     with pytest.raises(ConfigError, match="admin_token_file"):
         AdminDoor.of(build({"admin_token_file": str(path)}))
+
+
+def test_a_rotated_token_file_is_read_at_the_next_request(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("old")
+    door = AdminDoor.of(build({"admin_token_file": str(path)}))
+    path.write_text("new\n")  # the kubelet refreshed the mounted Secret
+    assert door.admits("Bearer new") and not door.admits("Bearer old")
+    path.unlink()  # unreadable now: the last token read stays, the door stays shut
+    assert door.admits("Bearer new") and not door.admits(None)

@@ -107,36 +107,48 @@ class AdminDoor:
     none, nothing (`weaseldb up` on one machine). Use it as a FastAPI dependency; a refusal
     raises `Unauthorized`, which `stage_app` answers 401 with a JSON error body.
 
+    The file is read again at each admin request (they are rare), so a rotated Secret
+    takes effect once the kubelet has refreshed the mounted file, without a restart; a
+    file that cannot be read then keeps the token last read (never an open door).
+
     The health routes stay open: the kubelet calls them without a token, and what /readyz
     says (ready, role, the reason naming the pod that holds the term) is what the pod's
     labels and the WeaselDB's status show anyway."""
 
-    def __init__(self, token: bytes | None) -> None:
-        self._token = token
+    def __init__(self, path: str = "") -> None:
+        self._path = path
+        self._token = self._read() if path else None
 
     @classmethod
     def of(cls, config: Config) -> AdminDoor:
         """The door `config` asks for; ConfigError when its token file cannot be read or
         is empty (a pod started before its Secret arrived must not run open)."""
-        path = config.admin_token_file
-        if not path:
-            return cls(None)
+        return cls(config.admin_token_file)
+
+    def _read(self) -> bytes:
         try:
-            token = Path(path).read_bytes().strip()
+            token = Path(self._path).read_bytes().strip()
         except OSError as e:
-            raise ConfigError(f"admin_token_file: cannot read {path}: {e.strerror}") from e
+            raise ConfigError(f"admin_token_file: cannot read {self._path}: {e.strerror}") from e
         if not token:
-            raise ConfigError(f"admin_token_file: {path} is empty")
-        return cls(token)
+            raise ConfigError(f"admin_token_file: {self._path} is empty")
+        return token
+
+    def _current(self) -> bytes | None:
+        if self._token is not None:
+            try:
+                self._token = self._read()
+            except ConfigError as e:
+                log.warning("%s; the token read before stays", e)
+        return self._token
 
     def admits(self, authorization: str | None) -> bool:
-        if self._token is None:
+        token = self._current()
+        if token is None:
             return True
         scheme, _, given = (authorization or "").partition(" ")
         # compare_digest: the time taken says nothing about how much of a guess was right.
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), self._token
-        )
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
 
     async def __call__(self, request: Request) -> None:
         if not self.admits(request.headers.get("authorization")):

@@ -21,6 +21,7 @@ from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type, paused_condition
+from weaseldb_operator.door import Operator, secured
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -56,7 +57,12 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
     memo.kube = await Kube.from_environment()
-    observer = Observer(memo.kube, memo.get("namespace"))
+    memo.operator = Operator.from_environment()
+    if memo.operator.token is None:
+        logging.getLogger("weaseldb.operator").warning(
+            "no admin token (WEASELDB_ADMIN_TOKEN_FILE): POST /promote on the pods is open"
+        )
+    observer = Observer(memo.kube, memo.get("namespace"), admin_headers=memo.operator.admin_headers)
     memo.observer = asyncio.create_task(observer.run(), name="weaseldb-leadership")
 
 
@@ -126,7 +132,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         return
     leader_pod = ((body.get("status") or {}).get("leader") or {}).get("pod")
     try:
-        for child in children_for(db, leader_pod):
+        for child in secured(db, memo.operator, children_for(db, leader_pod)):
             await kube.apply(child)
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))

@@ -35,6 +35,7 @@ _PLURALS = {
     "Secret": "secrets",
     "StatefulSet": "statefulsets",
     "PodDisruptionBudget": "poddisruptionbudgets",
+    "NetworkPolicy": "networkpolicies",
     "WeaselDB": "weaseldbs",
     "SparkApplication": "sparkapplications",
     "Event": "events",

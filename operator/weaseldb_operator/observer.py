@@ -97,8 +97,16 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
 
 
 class Observer:
-    def __init__(self, kube: Kube, namespace: str | None, interval: float = INTERVAL_S) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str | None,
+        interval: float = INTERVAL_S,
+        *,
+        admin_headers: dict[str, str] | None = None,
+    ) -> None:
         self._kube = kube
+        self._admin_headers = admin_headers or {}  # the admin token, for POST /promote
         self._namespace = namespace
         self._interval = interval
         self._stores = Stores()
@@ -311,8 +319,23 @@ class Observer:
             body, reason, f"asked standby {name} to claim term {claim.term + 1}: {why}"
         )
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._http.post(f"{url}/promote") as response:
+            async with self._http.post(f"{url}/promote", headers=self._admin_headers) as response:
                 log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)
+                if response.status == 401:
+                    await self._token_refused(pod)
+
+    async def _token_refused(self, pod: dict[str, Any]) -> None:
+        """The pod's persister holds another admin token than the operator (or the operator
+        has none): no failover can reach it until they agree (docs/operator.md, "The
+        admin door")."""
+        message = (
+            "POST /promote answered 401: the persister's admin token (Secret "
+            "NAME-admin-token) is not the operator's; pods read it at each request"
+        )
+        log.warning("%s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], message)
+        await self._kube.event(
+            {"apiVersion": "v1", "kind": "Pod", **pod}, "AdminTokenRefused", message, warning=True
+        )
 
     async def _committed_version(
         self, decision: Decision, pods: list[dict[str, Any]]

@@ -25,6 +25,7 @@ from weaseldb.core.errors import (
     BAD_REQUEST,
     JSON_MEDIA_TYPE,
     LIMIT_EXCEEDED,
+    UNAUTHORIZED,
     BadRequest,
     CommitUnknown,
     Conflict,
@@ -37,6 +38,7 @@ from weaseldb.core.errors import (
     StoreError,
     StoreFull,
     TooLarge,
+    Unauthorized,
     Unavailable,
     WeaselError,
     error_body,
@@ -69,6 +71,9 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
         BAD_REQUEST,
         meaning=f"the request breaks a rule of the API ({LIMIT_EXCEEDED} when it is over a "
         "configured limit)",
+    ),
+    Unauthorized: HttpAnswer(
+        401, UNAUTHORIZED, meaning="an admin endpoint without the admin token, or a wrong one"
     ),
     TooLarge: HttpAnswer(413, "too_large", meaning="the body is over gateway.max_body_bytes"),
     NotFound: HttpAnswer(404, "not_found", meaning="no such resource"),

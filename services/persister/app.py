@@ -24,7 +24,7 @@ import functools
 import logging
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client import Counter
 
 from services.persister.answers import Answers
@@ -40,7 +40,7 @@ from weaseldb.core.config import Config
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import Stage
 from weaseldb.runtime.ring import Endpoints, Ring
-from weaseldb.runtime.service import Health, HttpServer, stage_app
+from weaseldb.runtime.service import AdminDoor, Health, HttpServer, stage_app
 from weaseldb.runtime.stores.metered import MeteredStore
 from weaseldb.runtime.versioncell import VersionCell
 
@@ -120,10 +120,16 @@ class PersisterStage:
 
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
     metered = MeteredStore(store, lambda op, area: STORE_REQUESTS.labels(op, area).inc())
+    door = AdminDoor.of(config)  # first: a pod without its token file stops here
     stage = PersisterStage(config, ring, metered)
     app = stage_app(Stage.PERSISTER, stage.health)
 
-    @app.post("/promote", tags=["operations"], summary="Let a standby claim the next term")
+    @app.post(
+        "/promote",
+        tags=["operations"],
+        summary="Let a standby claim the next term (admin token when configured)",
+        dependencies=[Depends(door)],
+    )
     async def promote() -> dict[str, str]:
         stage.promote()
         return {"status": "promoting"}

@@ -4,6 +4,7 @@ and the cluster for a fresh namespace per test (`namespace`, tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,15 +32,30 @@ def control_plane() -> Iterator[ControlPlane]:
         plane.destroy()
 
 
+#: The operator's identity as the chart gives it (docs/operator.md, "The admin door"): its
+#: admin token, namespace and pod labels (the operator runs here as a local process).
+ADMIN_TOKEN = "operator-admin-token-for-tests-0123456789"
+OPERATOR_NAMESPACE = "weaseldb-system"
+OPERATOR_LABELS = {"app.kubernetes.io/name": "weaseldb-operator", "app.kubernetes.io/instance": "t"}
+
+
 @pytest.fixture(scope="session")
 def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
-    """`weaseldb operator` watching every namespace; yields its log file. It reads term
-    claims with the MinIO credentials the `minio` fixture put in the environment."""
+    """`weaseldb operator` watching every namespace, with an admin token; yields its log
+    file. It reads term claims with the MinIO credentials the `minio` fixture put in the
+    environment."""
     log_path = control_plane.root / "operator.log"
+    token_file = control_plane.root / "admin-token"
+    token_file.write_text(ADMIN_TOKEN + "\n")
+    identity = {
+        "WEASELDB_ADMIN_TOKEN_FILE": str(token_file),
+        "WEASELDB_OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
+        "WEASELDB_OPERATOR_POD_LABELS": json.dumps(OPERATOR_LABELS),
+    }
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "weaseldb_cli", "operator"],
-            env=control_plane.env,
+            env={**control_plane.env, **identity},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -56,9 +72,12 @@ def kube(control_plane: ControlPlane) -> ControlPlane:
 
 
 @pytest.fixture
-def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Iterator[Pods]:
+def pods(
+    control_plane: ControlPlane, minio: MinioServer, namespace: str, tmp_path: Path
+) -> Iterator[Pods]:
     """WeaselDB `ledger` (two replicas, failover after 5 s) on a fresh bucket, and the
-    process sets standing for its pods (tests/operator/pods.py)."""
+    process sets standing for its pods (tests/operator/pods.py), holding the operator's
+    admin token."""
     bucket = minio.new_bucket()
     spec = {
         "replicas": 2,
@@ -67,6 +86,8 @@ def pods(control_plane: ControlPlane, minio: MinioServer, namespace: str) -> Ite
         "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
     }
     control_plane.apply(weaseldb("ledger", namespace, spec))
-    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"))
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(ADMIN_TOKEN + "\n")
+    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"), token_file)
     yield started
     started.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 from tests.operator.helpers import condition
@@ -82,20 +83,27 @@ class Pods:
     `start` runs a set the way `weaseldb up` does (it claims the next term whatever holds
     it) and reports it Ready once. `start_pod` runs it the way the operator's pods do
     (`claim_on_start = unclaimed_or_own`: a second pod is a standby until promoted) and
-    leaves readiness to the `Kubelet`."""
+    leaves readiness to the `Kubelet`. Every set's persister asks for the admin token in
+    `token_file` (the operator's, tests/operator/conftest.py) unless given another."""
 
-    def __init__(self, plane: ControlPlane, minio: MinioServer, namespace: str, store: str):
+    def __init__(
+        self, plane: ControlPlane, minio: MinioServer, namespace: str, store: str, token_file: Path
+    ):
         self.plane, self.minio, self.namespace, self.store = plane, minio, namespace, store
+        self.token_file = token_file
         self.sets: dict[str, ProcessSet] = {}
         self.kubelet = Kubelet(plane, namespace)
 
     def start(self, name: str) -> ProcessSet:
-        process_set = self._launch(name, "always", None).start()
+        process_set = self._launch(name, "always", None, self.token_file).start()
         set_ready(self.plane, self.namespace, name, True)
         return process_set
 
-    def start_pod(self, name: str, node: str | None = None) -> ProcessSet:
-        process_set = self._launch(name, "unclaimed_or_own", node).launch()
+    def start_pod(
+        self, name: str, node: str | None = None, token_file: Path | None = None
+    ) -> ProcessSet:
+        claim, token = "unclaimed_or_own", token_file or self.token_file
+        process_set = self._launch(name, claim, node, token).launch()
         self.kubelet.sets[name] = process_set
         if not self.kubelet.is_alive():
             self.kubelet.start()
@@ -109,11 +117,14 @@ class Pods:
         process_set.process.wait(30)
         return process_set.launch()
 
-    def _launch(self, name: str, claim: str, node: str | None) -> ProcessSet:
+    def _launch(self, name: str, claim: str, node: str | None, token: Path) -> ProcessSet:
         port = free_port_block()
         run_dir = short_run_dir()
         config = run_dir / "pod.toml"
-        config.write_text(f'pod_name = "{name}"\n\n[persister]\nclaim_on_start = "{claim}"\n')
+        config.write_text(
+            f'pod_name = "{name}"\nadmin_token_file = "{token}"\n\n'
+            f'[persister]\nclaim_on_start = "{claim}"\n'
+        )
         self.plane.apply(pod_manifest(name, self.namespace, port, node))
         process_set = ProcessSet(self.store, port, run_dir, ["--config", str(config)])
         self.sets[name] = process_set

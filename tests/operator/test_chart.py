@@ -52,9 +52,13 @@ def test_operator_service_account_has_what_it_uses(
         ("create", "events"),
         ("create", "sparkapplications.sparkoperator.k8s.io"),
         ("list", "sparkapplications.sparkoperator.k8s.io"),
+        ("create", "secrets"),  # each database's copy of the admin token
+        ("patch", "secrets"),
+        ("patch", "networkpolicies.networking.k8s.io"),
     ]
     denied = [
-        ("get", "secrets"),
+        ("get", "secrets"),  # it reads no Secret through the API, its own is a file
+        ("list", "secrets"),
         ("create", "pods"),
         ("delete", "weaseldbs"),
         ("delete", "sparkapplications.sparkoperator.k8s.io"),

@@ -149,6 +149,12 @@ class Config(_Section):
     (Kubernetes sets that from the pod name)."""
     drain_timeout_s: float = Field(30.0, gt=0)
     """How long a stopping service waits for in-flight work to drain."""
+    admin_token_file: str = ""
+    """A file holding the admin token: when set, the admin endpoints (``POST /promote`` on
+    the persister) answer 401 unless the request carries ``Authorization: Bearer TOKEN``.
+    Empty (the default, as with ``weaseldb up``): no token is asked for. The
+    ``WEASELDB_ADMIN_TOKEN_FILE`` environment variable overrides it (the operator sets it
+    to the Secret it mounts)."""
     persister: PersisterConfig = PersisterConfig()
     resolver: ResolverConfig = ResolverConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
@@ -189,7 +195,10 @@ def build(data: dict[str, Any]) -> Config:
 
 
 #: Environment variables that override a setting (for values only known where a service runs).
-ENVIRONMENT = {"WEASELDB_POD_NAME": "pod_name"}
+ENVIRONMENT = {
+    "WEASELDB_POD_NAME": "pod_name",
+    "WEASELDB_ADMIN_TOKEN_FILE": "admin_token_file",
+}
 
 
 def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:

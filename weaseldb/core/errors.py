@@ -8,6 +8,7 @@ of its nearest ancestor instead of falling through to a 500.
     WeaselError
     ├── RequestError            the client's request cannot be served as sent
     │   ├── BadRequest          400 bad_request / limit_exceeded
+    │   ├── Unauthorized        401 (an admin endpoint without the admin token)
     │   ├── TooLarge            413
     │   ├── NotFound            404 (a missing resource, or a missing object in the store)
     │   ├── MethodNotAllowed    405
@@ -37,6 +38,8 @@ JSON_MEDIA_TYPE = "application/json"
 #: A `BadRequest`'s code, unless the request is over a configured limit (`LIMIT_EXCEEDED`).
 BAD_REQUEST = "bad_request"
 LIMIT_EXCEEDED = "limit_exceeded"
+#: An `Unauthorized`'s code: an admin endpoint asked without the admin token, or a wrong one.
+UNAUTHORIZED = "unauthorized"
 
 
 def error_body(code: str, message: str, **extra: Any) -> bytes:
@@ -66,6 +69,10 @@ class BadRequest(RequestError):
     def __init__(self, message: str, code: str = BAD_REQUEST, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.code = code
+
+
+class Unauthorized(RequestError):
+    """An admin endpoint was asked without the configured admin token (or with another)."""
 
 
 class TooLarge(RequestError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
 import signal
@@ -19,14 +20,21 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import uvicorn
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from weaseldb.core import channels
 from weaseldb.core.channels import Readiness, Role
-from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, error_body
+from weaseldb.core.config import Config, ConfigError
+from weaseldb.core.errors import (
+    BAD_REQUEST,
+    JSON_MEDIA_TYPE,
+    UNAUTHORIZED,
+    Unauthorized,
+    error_body,
+)
 from weaseldb.core.types import Stage
 from weaseldb.runtime import stalls
 
@@ -93,9 +101,73 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
+class AdminDoor:
+    """What admin routes (`POST /promote`) ask of a request: with a token configured
+    (`admin_token_file`), ``Authorization: Bearer TOKEN``, compared in constant time; with
+    none, nothing (`weaseldb up` on one machine). Use it as a FastAPI dependency; a refusal
+    raises `Unauthorized`, which `stage_app` answers 401 with a JSON error body.
+
+    The file is read again at each admin request (they are rare), so a rotated Secret
+    takes effect once the kubelet has refreshed the mounted file, without a restart; a
+    file that cannot be read then keeps the token last read (never an open door).
+
+    The health routes stay open: the kubelet calls them without a token, and what /readyz
+    says (ready, role, the reason naming the pod that holds the term) is what the pod's
+    labels and the WeaselDB's status show anyway."""
+
+    def __init__(self, path: str = "") -> None:
+        self._path = path
+        self._token = self._read() if path else None
+
+    @classmethod
+    def of(cls, config: Config) -> AdminDoor:
+        """The door `config` asks for; ConfigError when its token file cannot be read or
+        is empty (a pod started before its Secret arrived must not run open)."""
+        return cls(config.admin_token_file)
+
+    def _read(self) -> bytes:
+        try:
+            token = Path(self._path).read_bytes().strip()
+        except OSError as e:
+            raise ConfigError(f"admin_token_file: cannot read {self._path}: {e.strerror}") from e
+        if not token:
+            raise ConfigError(f"admin_token_file: {self._path} is empty")
+        return token
+
+    def _current(self) -> bytes | None:
+        if self._token is not None:
+            try:
+                self._token = self._read()
+            except ConfigError as e:
+                log.warning("%s; the token read before stays", e)
+        return self._token
+
+    def admits(self, authorization: str | None) -> bool:
+        token = self._current()
+        if token is None:
+            return True
+        scheme, _, given = (authorization or "").partition(" ")
+        # compare_digest: the time taken says nothing about how much of a guess was right.
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+
+    async def __call__(self, request: Request) -> None:
+        if not self.admits(request.headers.get("authorization")):
+            raise Unauthorized(f"{request.url.path} needs the admin token (Authorization: Bearer)")
+
+
+async def _unauthorized(_: Request, error: Exception) -> Response:
+    return Response(
+        error_body(UNAUTHORIZED, str(error)),
+        status_code=401,
+        media_type=JSON_MEDIA_TYPE,
+        headers={"www-authenticate": "Bearer"},
+    )
+
+
 def stage_app(name: Stage, health: Health) -> FastAPI:
     app = FastAPI(title=f"WeaselDB {name}", docs_url=None, redoc_url=None)
     add_operations_routes(app, health)
+    app.add_exception_handler(Unauthorized, _unauthorized)
     return app
 
 

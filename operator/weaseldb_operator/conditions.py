@@ -17,6 +17,7 @@ class Type(StrEnum):
     LEADER_ELECTED = "LeaderElected"
     DEGRADED = "Degraded"
     COMPACTION_HEALTHY = "CompactionHealthy"
+    SPEC_VALID = "SpecValid"
 
 
 class Reason(StrEnum):
@@ -38,6 +39,7 @@ class Reason(StrEnum):
     COMPACTION_SUCCEEDED = "CompactionSucceeded"
     COMPACTION_FAILED = "CompactionFailed"
     SPARK_UNAVAILABLE = "SparkUnavailable"
+    NO_VALID_SPEC = "NoValidSpec"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
@@ -194,6 +196,29 @@ ROWS: tuple[Row, ...] = (
         Reason.SPARK_UNAVAILABLE,
         COMPACTOR,
         "SparkApplications cannot be listed or created (is the Spark operator installed?).",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "True",
+        Reason.AS_EXPECTED,
+        RECONCILER,
+        "The newest spec was applied.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.INVALID_SPEC,
+        RECONCILER,
+        "The newest spec cannot run (the message names the field); nothing was changed in "
+        "the cluster and labels, failover and the roll go on with the last valid spec.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.NO_VALID_SPEC,
+        OBSERVER,
+        "The spec is invalid and no valid one was ever applied: labels and failover wait "
+        "for a fixed spec.",
     ),
 )
 

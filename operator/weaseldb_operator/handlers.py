@@ -21,6 +21,7 @@ from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.edits import with_applied_spec
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -93,8 +94,15 @@ async def _reject(kube: Kube, body: kopf.Body, error: SpecError) -> None:
         [
             Condition(Type.READY, "False", Reason.INVALID_SPEC, message),
             Condition(Type.DEGRADED, "True", Reason.INVALID_SPEC, message),
+            Condition(Type.SPEC_VALID, "False", Reason.INVALID_SPEC, message),
         ],
         {},
+    )
+    await kube.event(
+        dict(body),
+        Reason.INVALID_SPEC,
+        f"{error}; nothing was changed in the cluster, running pods keep the last valid spec",
+        warning=True,
     )
 
 
@@ -109,13 +117,13 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         await _reject(kube, body, e)
         raise kopf.PermanentError(str(e)) from e
     try:
-        for child in children_for(db):
+        for child in with_applied_spec(children_for(db), dict(body)):
             await kube.apply(child)
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
     except KubeError as e:
         raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
-    updates = _compaction_updates(db)
+    updates = [*_compaction_updates(db), SPEC_APPLIED]
     ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         updates.append(
@@ -130,6 +138,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
     )
     logger.info("applied %d objects for generation %d", len(children_for(db)), db.generation)
+
+
+SPEC_APPLIED = Condition(Type.SPEC_VALID, "True", Reason.AS_EXPECTED, "the newest spec was applied")
 
 
 def _compaction_updates(db: Database) -> list[Condition]:

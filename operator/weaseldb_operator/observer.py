@@ -26,6 +26,7 @@ from weaseldb.runtime import probe
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
+from weaseldb_operator.edits import applied_database
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, absent_since, decide
 from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
@@ -93,6 +94,7 @@ class Observer:
         self._http: aiohttp.ClientSession | None = None
         self._missing_since: dict[tuple[str, str], float] = {}
         self._promoted_at: dict[str, float] = {}
+        self._last_valid: dict[str, Database] = {}
         self._compaction = CompactionLoop(kube, self._stores)
 
     async def run(self) -> None:
@@ -117,6 +119,8 @@ class Observer:
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.warning("cannot list WeaselDBs: %s", e)
             return
+        live = {b["metadata"].get("uid") for b in bodies}
+        self._last_valid = {uid: db for uid, db in self._last_valid.items() if uid in live}
         for body in bodies:
             if body["metadata"].get("deletionTimestamp"):
                 continue
@@ -129,10 +133,9 @@ class Observer:
                 log.exception("%s: observation failed", body["metadata"]["name"])
 
     async def observe(self, body: dict[str, Any]) -> None:
-        try:
-            db = database_from(body)
-        except SpecError:
-            return  # the reconciler reported it (InvalidSpec)
+        db = await self.database_for(body)
+        if db is None:
+            return
         compaction_conditions, compaction_status = await self._compaction.observe(db, body)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
@@ -148,6 +151,41 @@ class Observer:
         version = await self._committed_version(decision, pods)
         updates = [*decision.conditions, *compaction_conditions]
         await self._write_status(db, body, decision, updates, version, compaction_status)
+
+    async def database_for(self, body: dict[str, Any]) -> Database | None:
+        """The database to lead: its spec, or while that is invalid the last valid one, so
+        a typo in the spec does not stop labels and failover (the reconciler reports the
+        error in SpecValid and an Event). The last valid spec is remembered here and, for
+        an operator that restarted since, read back from the StatefulSet (edits.py)."""
+        uid = body["metadata"].get("uid", "")
+        try:
+            self._last_valid[uid] = database_from(body)
+        except SpecError as e:
+            if uid not in self._last_valid:
+                meta = body["metadata"]
+                path = path_for("apps/v1", "StatefulSet", meta["namespace"], meta["name"])
+                applied = applied_database(body, await self._kube.get(path))
+                if applied is None:
+                    await self._no_valid_spec(body, e)
+                    return None
+                self._last_valid[uid] = applied
+        return self._last_valid[uid]
+
+    async def _no_valid_spec(self, body: dict[str, Any], error: SpecError) -> None:
+        message = f"{error}; no valid spec was applied before, so nothing leads this database"
+        update = Condition(Type.SPEC_VALID, "False", Reason.NO_VALID_SPEC, message)
+        generation = int(body["metadata"].get("generation", 0))
+
+        def changed(current: dict[str, Any]) -> dict[str, Any] | None:
+            now = (current.get("status") or {}).get("conditions") or []
+            merged = conditions.merged(
+                now, [update], now=now_iso(fraction=0), generation=generation
+            )
+            return None if merged == now else {"conditions": merged}
+
+        meta = body["metadata"]
+        path = path_for(API_VERSION, KIND, meta["namespace"], meta["name"])
+        await self._kube.patch_status(path, changed, body)
 
     def _decide(
         self, db: Database, claim: Claim | None, pods: list[dict[str, Any]], views: list[PodView]

@@ -40,6 +40,7 @@ class Reason(StrEnum):
     COMPACTION_FAILED = "CompactionFailed"
     SPARK_UNAVAILABLE = "SparkUnavailable"
     NO_VALID_SPEC = "NoValidSpec"
+    STORAGE_CONFLICT = "StorageConflict"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
@@ -219,6 +220,21 @@ ROWS: tuple[Row, ...] = (
         OBSERVER,
         "The spec is invalid and no valid one was ever applied: labels and failover wait "
         "for a fixed spec.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.STORAGE_CONFLICT,
+        RECONCILER,
+        "An older WeaselDB (named in the message) uses the same prefix or one nested with "
+        "this one's: nothing is created, led or compacted for this one.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.STORAGE_CONFLICT,
+        RECONCILER,
+        "Refused: see SpecValid.",
     ),
 )
 

@@ -3,6 +3,9 @@
 - The reconciler stamps the spec it applied on the StatefulSet (`APPLIED_SPEC`), so the
   leadership loop can go on with the last valid spec while the newest one is invalid,
   even after an operator restart (`applied_database`).
+- Two databases never share a prefix or nest one in the other: each would depose the
+  other's leader, and purging one would empty the other. The older one (creation time,
+  then namespace and name) keeps its prefix; a newer one is refused (`refused_by`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from weaseldb_operator.spec import API_GROUP, Database, SpecError, database_from
+from weaseldb_operator.spec import (
+    API_GROUP,
+    Database,
+    SpecError,
+    Storage,
+    database_from,
+    storage_from,
+)
 
 #: StatefulSet annotation: {"generation": N, "spec": {...}} of the last spec applied.
 APPLIED_SPEC = f"{API_GROUP}/applied-spec"
@@ -45,3 +55,60 @@ def applied_database(body: dict[str, Any], statefulset: dict[str, Any] | None) -
         return database_from({**body, "metadata": metadata, "spec": applied["spec"]})
     except (ValueError, KeyError, TypeError, SpecError):
         return None
+
+
+def _segments(prefix: str) -> list[str]:
+    return [s for s in prefix.split("/") if s]
+
+
+def overlaps(a: Storage, b: Storage) -> bool:
+    """Same endpoint and bucket, and one prefix equal to the other or nested in it by
+    whole path segments: "db" and "db/x" overlap, "db" and "db2" do not."""
+    if (a.endpoint.rstrip("/").lower(), a.bucket) != (b.endpoint.rstrip("/").lower(), b.bucket):
+        return False
+    first, second = _segments(a.prefix), _segments(b.prefix)
+    shorter = min(len(first), len(second))
+    return first[:shorter] == second[:shorter]
+
+
+def seniority(body: dict[str, Any]) -> tuple[str, str, str]:
+    """Older first: creation time (RFC 3339 in UTC sorts as text), then namespace, name."""
+    meta = body["metadata"]
+    return (meta.get("creationTimestamp") or "", meta.get("namespace") or "", meta["name"])
+
+
+def overlapping(body: dict[str, Any], others: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The other databases whose storage overlaps `body`'s, oldest first. One whose storage
+    cannot be read counts for nothing (the reconciler reports it)."""
+    try:
+        mine = storage_from(body)
+    except SpecError:
+        return []
+    found = []
+    for other in others:
+        if other["metadata"].get("uid") == body["metadata"].get("uid"):
+            continue
+        try:
+            if overlaps(mine, storage_from(other)):
+                found.append(other)
+        except SpecError:
+            continue
+    return sorted(found, key=seniority)
+
+
+def refused_by(body: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The oldest database older than `body` whose storage overlaps it, or None."""
+    older = [o for o in overlapping(body, others) if seniority(o) < seniority(body)]
+    return older[0] if older else None
+
+
+def conflict_message(body: dict[str, Any], other: dict[str, Any]) -> str:
+    mine, theirs = storage_from(body), storage_from(other)
+    meta = other["metadata"]
+    return (
+        f"storage s3://{mine.bucket}/{mine.prefix} overlaps the older WeaselDB "
+        f"{meta.get('namespace')}/{meta['name']} (s3://{theirs.bucket}/{theirs.prefix}): two "
+        "databases on one prefix, or on nested prefixes, depose each other and a purge of "
+        "one empties the other. Nothing was created or changed; delete this WeaselDB and "
+        "create it with a prefix of its own"
+    )

@@ -21,7 +21,12 @@ from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
-from weaseldb_operator.edits import with_applied_spec
+from weaseldb_operator.edits import (
+    conflict_message,
+    overlapping,
+    refused_by,
+    with_applied_spec,
+)
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -116,6 +121,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
     except SpecError as e:
         await _reject(kube, body, e)
         raise kopf.PermanentError(str(e)) from e
+    await _refuse_shared_storage(kube, body, memo.get("namespace"))
     try:
         for child in with_applied_spec(children_for(db), dict(body)):
             await kube.apply(child)
@@ -143,6 +149,53 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
 SPEC_APPLIED = Condition(Type.SPEC_VALID, "True", Reason.AS_EXPECTED, "the newest spec was applied")
 
 
+#: How often a refused database looks again whether the older one is gone.
+CONFLICT_RETRY_S = 60
+
+
+async def _refuse_shared_storage(kube: Kube, body: kopf.Body, namespace: str | None) -> None:
+    """Raise (and retry later) while an older WeaselDB overlaps this one's storage:
+    nothing is created or changed for it, a condition and an Event say which one."""
+    try:
+        others = await kube.list(path_for(API_VERSION, KIND, namespace))
+    except KubeError as e:
+        raise kopf.TemporaryError(f"listing WeaselDBs: {e}", delay=10) from e
+    older = refused_by(dict(body), others)
+    if older is None:
+        return
+    message = conflict_message(dict(body), older)
+    current = [
+        c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "SpecValid"
+    ]
+    if not current or current[0].get("message") != message:  # one Event, not one a retry
+        await kube.event(dict(body), Reason.STORAGE_CONFLICT, message, warning=True)
+    await _set_conditions(
+        kube,
+        body,
+        [
+            Condition(Type.READY, "False", Reason.STORAGE_CONFLICT, "refused: see SpecValid"),
+            Condition(Type.SPEC_VALID, "False", Reason.STORAGE_CONFLICT, message),
+        ],
+        {},
+    )
+    raise kopf.TemporaryError(message, delay=CONFLICT_RETRY_S)
+
+
+async def _shares_storage(kube: Kube, body: kopf.Body, namespace: str | None) -> bool:
+    """True (and an Event) when another WeaselDB's storage overlaps this one's: a purge
+    would empty that one too, so the data is left in place."""
+    try:
+        others = await kube.list(path_for(API_VERSION, KIND, namespace))
+    except KubeError as e:
+        raise kopf.TemporaryError(f"listing WeaselDBs: {e}", delay=10) from e
+    shared = overlapping(dict(body), others)
+    if shared:
+        names = ", ".join(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in shared)
+        message = f"not purging the prefix: it overlaps the storage of {names}; data left"
+        await kube.event(dict(body), "PurgeRefused", message, warning=True)
+    return bool(shared)
+
+
 def _compaction_updates(db: Database) -> list[Condition]:
     """NotConfigured without spec.compaction; with it, the compaction loop owns the
     condition (it starts at NoCompactionYet there)."""
@@ -163,11 +216,13 @@ def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL, when=_deletes_data, timeout=PURGE_TIMEOUT_S)
-async def delete_data(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     try:
         db = database_from(dict(body))
     except SpecError as e:
         logger.error("not deleting data: %s", e)
+        return
+    if await _shares_storage(memo.kube, body, memo.get("namespace")):
         return
     stores = Stores()
     try:

@@ -26,7 +26,7 @@ from weaseldb.runtime import probe
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
-from weaseldb_operator.edits import applied_database
+from weaseldb_operator.edits import applied_database, refused_by
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, absent_since, decide
 from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
@@ -122,8 +122,8 @@ class Observer:
         live = {b["metadata"].get("uid") for b in bodies}
         self._last_valid = {uid: db for uid, db in self._last_valid.items() if uid in live}
         for body in bodies:
-            if body["metadata"].get("deletionTimestamp"):
-                continue
+            if body["metadata"].get("deletionTimestamp") or refused_by(body, bodies):
+                continue  # a refused database is not led (the reconciler says why)
             try:
                 await self.observe(body)
             except (KubeError, aiohttp.ClientError, TimeoutError) as e:

@@ -236,3 +236,9 @@ def database_from(body: dict[str, Any]) -> Database:
         resources=dict(spec.get("resources") or {}),
         compaction=compaction_from(spec.get("compaction")),
     )
+
+
+def storage_from(body: dict[str, Any]) -> Storage:
+    """Where a WeaselDB object's data is, whatever the rest of its spec says (SpecError
+    when bucket or prefix is missing)."""
+    return _storage(body.get("spec") or {})

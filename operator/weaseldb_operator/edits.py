@@ -6,6 +6,10 @@
 - Two databases never share a prefix or nest one in the other: each would depose the
   other's leader, and purging one would empty the other. The older one (creation time,
   then namespace and name) keeps its prefix; a newer one is refused (`refused_by`).
+- Configuration lives in immutable ConfigMaps named after their content (resources.py):
+  an old one goes once no pod and not the pod template mounts it (`configmaps_in_use`).
+  The reconciler stamps the generation on the one it applies (`APPLIED_GENERATION`), so
+  applying it again changes its resourceVersion and a delete decided before fails.
 """
 
 from __future__ import annotations
@@ -24,20 +28,26 @@ from weaseldb_operator.spec import (
 
 #: StatefulSet annotation: {"generation": N, "spec": {...}} of the last spec applied.
 APPLIED_SPEC = f"{API_GROUP}/applied-spec"
+#: ConfigMap annotation: the generation that last applied it.
+APPLIED_GENERATION = f"{API_GROUP}/applied-generation"
 
 
 def with_applied_spec(children: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, Any]]:
-    """`children` with the StatefulSet annotated with the spec they were built from.
-    An annotation on the StatefulSet's own metadata: no pod rolls for it."""
+    """`children` with the StatefulSet annotated with the spec they were built from (on
+    its own metadata: no pod rolls for it) and the ConfigMap with the generation."""
     applied = json.dumps(
         {"generation": body["metadata"].get("generation", 0), "spec": body.get("spec") or {}},
         sort_keys=True,
     )
+    stamps = {
+        "StatefulSet": {APPLIED_SPEC: applied},
+        "ConfigMap": {APPLIED_GENERATION: str(body["metadata"].get("generation", 0))},
+    }
     stamped = []
     for child in children:
-        if child["kind"] == "StatefulSet":
+        if child["kind"] in stamps:
             meta = child["metadata"]
-            annotations = {**meta.get("annotations", {}), APPLIED_SPEC: applied}
+            annotations = {**meta.get("annotations", {}), **stamps[child["kind"]]}
             child = {**child, "metadata": {**meta, "annotations": annotations}}
         stamped.append(child)
     return stamped
@@ -112,3 +122,21 @@ def conflict_message(body: dict[str, Any], other: dict[str, Any]) -> str:
         "one empties the other. Nothing was created or changed; delete this WeaselDB and "
         "create it with a prefix of its own"
     )
+
+
+def mounted_configmaps(pod_spec: dict[str, Any]) -> set[str]:
+    """The ConfigMaps a pod (or pod template) spec mounts."""
+    return {v["configMap"]["name"] for v in pod_spec.get("volumes") or [] if "configMap" in v}
+
+
+def configmaps_in_use(
+    current: str, statefulset: dict[str, Any] | None, pods: list[dict[str, Any]]
+) -> set[str]:
+    """What must stay: the current ConfigMap, the one the pod template names (pods the
+    StatefulSet recreates mount it) and every one a live pod mounts (a pod not rolled
+    yet keeps the configuration it started with, also across container restarts)."""
+    template = ((statefulset or {}).get("spec") or {}).get("template") or {}
+    used = {current, *mounted_configmaps(template.get("spec") or {})}
+    for pod in pods:
+        used |= mounted_configmaps(pod.get("spec") or {})
+    return used

@@ -26,10 +26,15 @@ from weaseldb.runtime import probe
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
-from weaseldb_operator.edits import applied_database, refused_by
+from weaseldb_operator.edits import applied_database, configmaps_in_use, refused_by
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView, absent_since, decide
-from weaseldb_operator.resources import REVISION_LABEL, ROLE_LABEL, selector_labels
+from weaseldb_operator.resources import (
+    REVISION_LABEL,
+    ROLE_LABEL,
+    config_name,
+    selector_labels,
+)
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
 from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
 
@@ -136,6 +141,7 @@ class Observer:
         db = await self.database_for(body)
         if db is None:
             return
+        await self._prune_configs(db)
         compaction_conditions, compaction_status = await self._compaction.observe(db, body)
         try:
             claim = await newest_claim(self._stores.get(db.storage))
@@ -170,6 +176,37 @@ class Observer:
                     return None
                 self._last_valid[uid] = applied
         return self._last_valid[uid]
+
+    async def _prune_configs(self, db: Database) -> None:
+        """Delete the ConfigMaps of earlier configurations once nothing mounts them
+        (edits.py). Listed first, then the current spec, template and pods read: a
+        ConfigMap the reconciler applies after the listing has a new resourceVersion, so
+        the delete (conditional on the listed one) leaves it. Best effort: leadership
+        does not wait for it."""
+        ns = db.namespace
+        try:
+            listed = [
+                c
+                for c in await self._kube.list(path_for("v1", "ConfigMap", ns), selector_labels(db))
+                if any(r.get("uid") == db.uid for r in c["metadata"].get("ownerReferences", []))
+            ]
+            if all(c["metadata"]["name"] == config_name(db) for c in listed):
+                return
+            fresh = await self._kube.get(path_for(API_VERSION, KIND, ns, db.name))
+            current = await self.database_for(fresh) if fresh else None
+            if current is None:
+                return
+            sts = await self._kube.get(path_for("apps/v1", "StatefulSet", ns, db.name))
+            pods = await self._kube.list(path_for("v1", "Pod", ns), selector_labels(db))
+            keep = configmaps_in_use(config_name(current), sts, pods)
+            for cm in (c for c in listed if c["metadata"]["name"] not in keep):
+                meta = cm["metadata"]
+                path = path_for("v1", "ConfigMap", ns, meta["name"])
+                if await self._kube.delete_unchanged(path, meta["resourceVersion"]):
+                    log.info("%s/%s: deleted ConfigMap %s (no pod mounts it)",
+                             ns, db.name, meta["name"])  # fmt: skip
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning("%s/%s: old ConfigMaps not pruned: %s", ns, db.name, e)
 
     async def _no_valid_spec(self, body: dict[str, Any], error: SpecError) -> None:
         message = f"{error}; no valid spec was applied before, so nothing leads this database"

@@ -18,6 +18,7 @@ class Type(StrEnum):
     DEGRADED = "Degraded"
     COMPACTION_HEALTHY = "CompactionHealthy"
     PAUSED = "Paused"
+    SPEC_VALID = "SpecValid"
 
 
 class Reason(StrEnum):
@@ -42,6 +43,8 @@ class Reason(StrEnum):
     SPARK_UNAVAILABLE = "SparkUnavailable"
     SPEC_PAUSED = "SpecPaused"
     NOT_PAUSED = "NotPaused"
+    NO_VALID_SPEC = "NoValidSpec"
+    STORAGE_CONFLICT = "StorageConflict"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
@@ -223,6 +226,44 @@ ROWS: tuple[Row, ...] = (
         Reason.NOT_PAUSED,
         RECONCILER,
         "The operator reconciles the database and acts on its leadership.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "True",
+        Reason.AS_EXPECTED,
+        RECONCILER,
+        "The newest spec was applied.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.INVALID_SPEC,
+        RECONCILER,
+        "The newest spec cannot run (the message names the field); nothing was changed in "
+        "the cluster and labels, failover and the roll go on with the last valid spec.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.NO_VALID_SPEC,
+        OBSERVER,
+        "The spec is invalid and no valid one was ever applied: labels and failover wait "
+        "for a fixed spec.",
+    ),
+    Row(
+        Type.SPEC_VALID,
+        "False",
+        Reason.STORAGE_CONFLICT,
+        RECONCILER,
+        "An older WeaselDB (named in the message) uses the same prefix or one nested with "
+        "this one's: nothing is created, led or compacted for this one.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.STORAGE_CONFLICT,
+        RECONCILER,
+        "Refused: see SpecValid.",
     ),
 )
 

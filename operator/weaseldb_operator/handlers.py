@@ -22,6 +22,12 @@ from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type, paused_condition
 from weaseldb_operator.door import Operator, secured
+from weaseldb_operator.edits import (
+    conflict_message,
+    overlapping,
+    refused_by,
+    with_applied_spec,
+)
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -101,8 +107,15 @@ async def _reject(
         [
             Condition(Type.READY, "False", Reason.INVALID_SPEC, message),
             Condition(Type.DEGRADED, "True", Reason.INVALID_SPEC, message),
+            Condition(Type.SPEC_VALID, "False", Reason.INVALID_SPEC, message),
         ],
         {},
+    )
+    await kube.event(
+        dict(body),
+        Reason.INVALID_SPEC,
+        f"{error}; nothing was changed in the cluster, running pods keep the last valid spec",
+        warning=True,
     )
 
 
@@ -111,7 +124,6 @@ async def _refused(kube: Kube, body: kopf.Body, error: KubeError) -> NoReturn:
     fields reach the pod template as given, and only the API server checks their inner
     shape (a node selector term, a label key). That is an invalid spec, not a retry."""
     refused = SpecError(f"the API server refused a child: {error}")
-    await kube.event(dict(body), Reason.INVALID_SPEC, str(refused), warning=True)
     await _reject(kube, body, refused, done="the pods were not changed")
     raise kopf.PermanentError(str(refused)) from error
 
@@ -130,9 +142,11 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         await _set_conditions(kube, body, [paused_condition(db.paused)], {})
         logger.info("spec.paused: generation %d not applied", db.generation)
         return
+    await _refuse_shared_storage(kube, body, memo.get("namespace"))
     leader_pod = ((body.get("status") or {}).get("leader") or {}).get("pod")
+    children = with_applied_spec(children_for(db, leader_pod), dict(body))
     try:
-        for child in secured(db, memo.operator, children_for(db, leader_pod)):
+        for child in secured(db, memo.operator, children):
             await kube.apply(child)
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
@@ -140,7 +154,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         if e.status == 422:
             await _refused(kube, body, e)
         raise kopf.TemporaryError(f"applying children: {e}", delay=10) from e
-    updates = [*_compaction_updates(db), paused_condition(db.paused)]
+    updates = [*_compaction_updates(db), SPEC_APPLIED, paused_condition(db.paused)]
     ready = [c for c in body.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         updates.append(
@@ -155,6 +169,56 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
     )
     logger.info("applied the objects of generation %d", db.generation)
+
+
+SPEC_APPLIED = Condition(Type.SPEC_VALID, "True", Reason.AS_EXPECTED, "the newest spec was applied")
+
+
+#: How often a refused database looks again whether the older one is gone.
+CONFLICT_RETRY_S = 60
+
+
+async def _refuse_shared_storage(kube: Kube, body: kopf.Body, namespace: str | None) -> None:
+    """Raise (and retry later) while an older WeaselDB overlaps this one's storage:
+    nothing is created or changed for it, a condition and an Event say which one."""
+    try:
+        others = await kube.list(path_for(API_VERSION, KIND, namespace))
+    except KubeError as e:
+        raise kopf.TemporaryError(f"listing WeaselDBs: {e}", delay=10) from e
+    older = refused_by(dict(body), others)
+    if older is None:
+        return
+    message = conflict_message(dict(body), older)
+    current = [
+        c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "SpecValid"
+    ]
+    if not current or current[0].get("message") != message:  # one Event, not one a retry
+        await kube.event(dict(body), Reason.STORAGE_CONFLICT, message, warning=True)
+    await _set_conditions(
+        kube,
+        body,
+        [
+            Condition(Type.READY, "False", Reason.STORAGE_CONFLICT, "refused: see SpecValid"),
+            Condition(Type.SPEC_VALID, "False", Reason.STORAGE_CONFLICT, message),
+        ],
+        {},
+    )
+    raise kopf.TemporaryError(message, delay=CONFLICT_RETRY_S)
+
+
+async def _shares_storage(kube: Kube, body: kopf.Body, namespace: str | None) -> bool:
+    """True (and an Event) when another WeaselDB's storage overlaps this one's: a purge
+    would empty that one too, so the data is left in place."""
+    try:
+        others = await kube.list(path_for(API_VERSION, KIND, namespace))
+    except KubeError as e:
+        raise kopf.TemporaryError(f"listing WeaselDBs: {e}", delay=10) from e
+    shared = overlapping(dict(body), others)
+    if shared:
+        names = ", ".join(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in shared)
+        message = f"not purging the prefix: it overlaps the storage of {names}; data left"
+        await kube.event(dict(body), "PurgeRefused", message, warning=True)
+    return bool(shared)
 
 
 def _compaction_updates(db: Database) -> list[Condition]:
@@ -177,11 +241,13 @@ def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL, when=_deletes_data, timeout=PURGE_TIMEOUT_S)
-async def delete_data(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     try:
         db = database_from(dict(body))
     except SpecError as e:
         logger.error("not deleting data: %s", e)
+        return
+    if await _shares_storage(memo.kube, body, memo.get("namespace")):
         return
     stores = Stores()
     try:

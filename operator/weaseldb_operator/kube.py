@@ -208,6 +208,18 @@ class Kube:
             raise
         return True
 
+    async def delete_unchanged(self, path: str, resource_version: str) -> bool:
+        """Delete only while the object is at `resource_version`: False when it changed
+        since (409: someone wrote it after the caller decided) or is gone (404)."""
+        preconditions = {"preconditions": {"resourceVersion": resource_version}}
+        try:
+            await self.request("DELETE", path, body=preconditions)
+        except KubeError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        return True
+
     async def event(
         self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:

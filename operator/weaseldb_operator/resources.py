@@ -57,7 +57,9 @@ def _metadata(db: Database, name: str) -> dict[str, Any]:
 
 
 def config_name(db: Database) -> str:
-    return f"{db.name}-config"
+    """Named after its content: a configuration change is a new ConfigMap and a new pod
+    template revision, so a pod sees exactly the configuration it was rolled with."""
+    return f"{db.name}-config-{config_hash(db)[:10]}"
 
 
 def headless_name(db: Database) -> str:
@@ -78,6 +80,7 @@ def configmap_for(db: Database) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": _metadata(db, config_name(db)),
         "data": {CONFIG_FILE: config_json(db)},
+        "immutable": True,
     }
 
 

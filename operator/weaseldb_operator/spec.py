@@ -325,3 +325,9 @@ def database_from(body: dict[str, Any]) -> Database:
         compaction=compaction_from(spec.get("compaction")),
         placement=placement_from(spec),
     )
+
+
+def storage_from(body: dict[str, Any]) -> Storage:
+    """Where a WeaselDB object's data is, whatever the rest of its spec says (SpecError
+    when bucket or prefix is missing)."""
+    return _storage(body.get("spec") or {})

@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from weaseldb_operator.edits import mounted_configmaps
 from weaseldb_operator.resources import CONFIG_HASH
 
 from tests.e2e import KIND_TIER
@@ -180,9 +181,9 @@ def test_config_change_rolls_the_pods_without_losing_a_commit(
     finally:
         workload.stop()
     report("config change rolled", workload, changed_at)
-    config = json.loads(
-        cluster.get("configmap", f"{name}-config", namespace)["data"]["config.json"]
-    )
+    template = cluster.get("statefulset", name, namespace)["spec"]["template"]
+    (mounted,) = mounted_configmaps(template["spec"])
+    config = json.loads(cluster.get("configmap", mounted, namespace)["data"]["config.json"])
     assert config["persister"]["batch_timeout_ms"] == 2
     hash_now = cluster.get("statefulset", name, namespace)["spec"]["template"]["metadata"]
     for pod in pods_of(cluster, namespace, name):

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from weaseldb_operator.edits import mounted_configmaps
 
 from tests.e2e import KIND_TIER
 from tests.e2e.databases import (
@@ -83,8 +84,10 @@ def test_example_weaseldb_with_two_replicas_becomes_ready(
     assert columns["VERSION"].isdigit()
 
     owned = owned_children(cluster, namespace, db["metadata"]["uid"])
+    (mounted,) = mounted_configmaps(next(iter(pods.values()))["spec"])
+    assert mounted.startswith(f"{NAME}-config-")
     assert owned == {
-        ("ConfigMap", f"{NAME}-config"),
+        ("ConfigMap", mounted),
         ("Service", NAME),
         ("Service", f"{NAME}-pods"),
         ("StatefulSet", NAME),

@@ -169,3 +169,21 @@ def standbys_answer(plane: ControlPlane, namespace: str, count: int) -> None:
         return f"{count}/" in condition(body, "Degraded").get("message", "").split("; ")[-1]
 
     plane.wait_for(counted, timeout=60, what=f"{count} standby answers")
+
+
+def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:
+    items = plane.get("pods", "-n", namespace)["items"]
+    return {
+        p["metadata"]["name"]: p["metadata"]["labels"].get("weaseldb.io/role", "") for p in items
+    }
+
+
+def failover_due(plane: ControlPlane, namespace: str, what: str) -> dict[str, Any]:
+    """The database once the observer decided a failover is due and found no standby to
+    ask (these tests start one pod, so NoStandby is what a due failover looks like)."""
+
+    def due() -> dict[str, Any] | None:
+        body: dict[str, Any] = plane.get("wdb", "ledger", "-n", namespace)
+        return body if condition(body, "LeaderElected").get("reason") == "NoStandby" else None
+
+    return plane.wait_for(due, timeout=30, what=what)

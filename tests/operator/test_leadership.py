@@ -6,33 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.operator.helpers import condition
-from tests.operator.pods import Pods, leader_of, leads_ready, set_ready
+from tests.operator.pods import Pods, failover_due, leader_of, leads_ready, roles, set_ready
 from tests.support.kube import ControlPlane
 
 pytestmark = pytest.mark.slow
-
-
-def roles(plane: ControlPlane, namespace: str) -> dict[str, str]:
-    items = plane.get("pods", "-n", namespace)["items"]
-    return {
-        p["metadata"]["name"]: p["metadata"]["labels"].get("weaseldb.io/role", "") for p in items
-    }
-
-
-def failover_due(plane: ControlPlane, namespace: str, what: str) -> dict[str, Any]:
-    """The database once the observer decided a failover is due and found no standby to
-    ask (these tests start one pod, so NoStandby is what a due failover looks like)."""
-
-    def due() -> dict[str, Any] | None:
-        body: dict[str, Any] = plane.get("wdb", "ledger", "-n", namespace)
-        return body if condition(body, "LeaderElected").get("reason") == "NoStandby" else None
-
-    return plane.wait_for(due, timeout=30, what=what)
 
 
 def test_status_and_labels_follow_the_claims(

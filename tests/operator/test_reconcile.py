@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from weaseldb_operator.edits import mounted_configmaps
 
 from tests.operator.helpers import condition, get_or_none, weaseldb
 from tests.support.kube import ControlPlane
@@ -24,9 +25,18 @@ def spec_for(minio: MinioServer, bucket: str, **extra: Any) -> dict[str, Any]:
     return {"storage": storage, **extra}
 
 
+def mounted_config(plane: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
+    """The ConfigMap the StatefulSet's pod template mounts (named after its content)."""
+    sts = get_or_none(plane, "statefulset", name, "-n", ns)
+    if sts is None:
+        return None
+    (config,) = mounted_configmaps(sts["spec"]["template"]["spec"])
+    return get_or_none(plane, "configmap", config, "-n", ns)
+
+
 def children(plane: ControlPlane, ns: str, name: str) -> dict[str, dict[str, Any] | None]:
     return {
-        "configmap": get_or_none(plane, "configmap", f"{name}-config", "-n", ns),
+        "configmap": mounted_config(plane, ns, name),
         "statefulset": get_or_none(plane, "statefulset", name, "-n", ns),
         "service": get_or_none(plane, "service", name, "-n", ns),
         "headless": get_or_none(plane, "service", f"{name}-pods", "-n", ns),
@@ -93,7 +103,9 @@ def test_create_update_and_status(
         )
 
     control_plane.wait_for(rolled, what="statefulset rolled")
-    config = control_plane.get("configmap", "shop-config", "-n", namespace)["data"]["config.json"]
+    config = control_plane.wait_for(
+        lambda: mounted_config(control_plane, namespace, "shop"), what="new ConfigMap"
+    )["data"]["config.json"]
     assert '"max_in_flight_requests": 10' in config
     control_plane.wait_for(
         lambda: get_or_none(control_plane, "pdb", "shop", "-n", namespace) is None,

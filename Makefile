@@ -59,6 +59,7 @@ bench: install tools
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_stage_restart.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_compaction.py --operations $(COMPACTION_OPS)
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_soak.py --seconds $(SOAK_SECONDS)
+	PATH="$(TOOLS_BIN):$$PATH" WEASELDB_TOOLS=$(TOOLS_BIN) $(PY) bench/bench_failover.py --rounds 5
 	$(PY) bench/report.py
 
 # Kubernetes targets (operator image, dev-cluster, ...) live with the operator.

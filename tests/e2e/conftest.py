@@ -18,17 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.databases import OPERATOR_NAMESPACE
+from tests.e2e.setup import install_chart, install_minio
 from tests.support.kind import (
     MANIFESTS,
-    MINIO_KEYS,
-    REPO,
     ClusterUnavailable,
     KindCluster,
     script_output,
 )
 
-RELEASE = "weaseldb"
 SESSION_LOCK = Path.home() / ".cache/weaseldb/e2e/pytest-session.lock"
 
 
@@ -89,10 +86,7 @@ def images(kind_cluster: KindCluster) -> dict[str, str]:
 def cluster_minio(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
     """MinIO in namespace `minio` with the bucket `weaseldb`
     (tests/e2e/manifests/minio.yaml); the host reads it through NodePort 30900."""
-    kind_cluster.apply(MANIFESTS / "minio.yaml")
-    kind_cluster.rollout("deployment", "minio", "minio")
-    kind_cluster.wait_condition("job", "make-bucket", "minio", "Complete", timeout=180)
-    return kind_cluster
+    return install_minio(kind_cluster)
 
 
 @pytest.fixture(scope="session")
@@ -113,37 +107,7 @@ def weaseldb_operator(cluster_minio: KindCluster) -> Iterator[KindCluster]:
     """`helm install` of charts/weaseldb (examples/values-dev.yaml: the local image) with
     the operator reading term claims with MinIO's keys. A release left by an earlier
     session is uninstalled first, so every session really installs the chart."""
-    cluster = cluster_minio
-    if RELEASE in cluster.helm("list", "-n", OPERATOR_NAMESPACE, "-q").split():
-        cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait")
-    cluster.apply(
-        [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-            s3_secret(OPERATOR_NAMESPACE),
-        ]
-    )
-    try:
-        cluster.helm(
-            "install", RELEASE, str(REPO / "charts/weaseldb"),
-            "-n", OPERATOR_NAMESPACE,
-            "-f", str(REPO / "examples/values-dev.yaml"),
-            "--set", "operator.storageCredentialsSecret=weaseldb-s3",
-            "--wait", "--timeout", "5m",
-        )  # fmt: skip
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{cluster.diagnostics(OPERATOR_NAMESPACE)}") from e
-    yield cluster
-
-
-def s3_secret(namespace: str) -> dict[str, object]:
-    """The Secret examples/weaseldb-minio.yaml names, with the in-cluster MinIO's keys."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "weaseldb-s3", "namespace": namespace},
-        "type": "Opaque",
-        "stringData": {"AWS_ACCESS_KEY_ID": MINIO_KEYS[0], "AWS_SECRET_ACCESS_KEY": MINIO_KEYS[1]},
-    }
+    yield install_chart(cluster_minio)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.support.histories import Workload
 from tests.support.kind import GATEWAY_NODE_PORT, REPO, KindCluster
 
 EXAMPLE = REPO / "examples/weaseldb-minio.yaml"
@@ -132,3 +133,60 @@ def answers(url: str) -> bool:
         return httpx.get(f"{url}/v1/version", timeout=3).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def start_database(cluster: KindCluster, image: str, namespace: str, name: str, **spec: Any) -> str:
+    """A WeaselDB reached through its gateway Service's published NodePort; the URL."""
+    spec = {"gateway": {"serviceType": "NodePort", "workers": 1}, **spec}
+    cluster.apply(example_database(name, f"e2e/{namespace}", image, **spec), namespace)
+    wait_serving(cluster, namespace, name, replicas=spec["replicas"])
+    url = expose_gateway(cluster, namespace, name)
+    cluster.wait_for(lambda: answers(url), 60, f"the gateway at {url}", namespace)
+    return url
+
+
+def leader_pod(cluster: KindCluster, namespace: str, name: str) -> dict[str, Any]:
+    (leader,) = [
+        p
+        for p in pods_of(cluster, namespace, name)
+        if p["metadata"]["labels"].get(ROLE) == "leader"
+    ]
+    return leader
+
+
+def commits_grow_by(
+    cluster: KindCluster, workload: Workload, count: int, namespace: str, timeout: float = 180
+) -> None:
+    target = workload.count("committed") + count
+    cluster.wait_for(
+        lambda: workload.count("committed") >= target,
+        timeout,
+        f"{count} more commits (unexpected answers: {workload.unexpected[:3]})",
+        namespace,
+    )
+
+
+def term(cluster: KindCluster, namespace: str, name: str) -> int:
+    return int(cluster.get("weaseldb", name, namespace)["status"]["leader"]["term"])
+
+
+def wait_new_term(cluster: KindCluster, namespace: str, name: str, old: int) -> None:
+    cluster.wait_for(
+        lambda: term(cluster, namespace, name) != old, 120, "a leader in a newer term", namespace
+    )
+
+
+def wait_standby_back(cluster: KindCluster, namespace: str, name: str) -> None:
+    """Both pods run again: a leader serving and a live standby (a candidate)."""
+    cluster.wait_for(
+        lambda: serving(cluster, namespace, name, replicas=2) is not None,
+        300,
+        "the leader and a live standby",
+        namespace,
+    )
+
+
+def kill_pod(cluster: KindCluster, pod: dict[str, Any]) -> None:
+    """SIGKILL every container of the pod at once (a crash of everything it runs)."""
+    for status in pod["status"]["containerStatuses"]:
+        cluster.kill_container(pod, status["name"])

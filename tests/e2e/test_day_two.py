@@ -12,43 +12,27 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from tests.e2e import KIND_TIER
-from tests.e2e.databases import ROLE, pods_of, selector, serving
-from tests.e2e.test_faults import commits_grow_by, leader_pod, report, start_database
+from tests.e2e.databases import (
+    ROLE,
+    commits_grow_by,
+    kill_pod,
+    leader_pod,
+    pods_of,
+    selector,
+    start_database,
+    term,
+    wait_new_term,
+    wait_standby_back,
+)
+from tests.e2e.test_faults import report
 from tests.support.histories import Workload, assert_history_is_clean, retried
 from tests.support.kind import KindCluster
 
 pytestmark = KIND_TIER
 
 HOLD = "weaseldb.io/e2e-hold"
-
-
-def term(cluster: KindCluster, namespace: str, name: str) -> int:
-    return int(cluster.get("weaseldb", name, namespace)["status"]["leader"]["term"])
-
-
-def wait_new_term(cluster: KindCluster, namespace: str, name: str, old: int) -> None:
-    cluster.wait_for(
-        lambda: term(cluster, namespace, name) != old, 120, "a leader in a newer term", namespace
-    )
-
-
-def wait_standby_back(cluster: KindCluster, namespace: str, name: str) -> None:
-    """Both pods run again: a leader serving and a live standby (a candidate)."""
-    cluster.wait_for(
-        lambda: serving(cluster, namespace, name, replicas=2) is not None,
-        300,
-        "the leader and a live standby",
-        namespace,
-    )
-
-
-def kill_pod(cluster: KindCluster, pod: dict[str, Any]) -> None:
-    """SIGKILL every container of the pod at once (a crash of everything it runs)."""
-    for status in pod["status"]["containerStatuses"]:
-        cluster.kill_container(pod, status["name"])
 
 
 def test_failover_in_seconds_for_each_way_a_leader_dies(

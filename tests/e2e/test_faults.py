@@ -1,8 +1,9 @@
-"""Scenarios 3, 4 and 5: faults under load on real pods, each followed by the history
-check of the exactly-once work (tests/support/histories.py): concurrent clients with
-point and range preconditions over the gateway Service (NodePort on 127.0.0.1), retries
-of every commit whose outcome the clients did not learn, the whole log read back through
-/v1/subscribe and checked for lost, doubled, phantom and non-serializable commits.
+"""Scenarios 4 and 5 (3, failover, is in test_day_two.py): faults under load on real
+pods, each followed by the history check of the exactly-once work
+(tests/support/histories.py): concurrent clients with point and range preconditions over
+the gateway Service (NodePort on 127.0.0.1), retries of every commit whose outcome the
+clients did not learn, the whole log read back through /v1/subscribe and checked for
+lost, doubled, phantom and non-serializable commits.
 
 What each fault cost (the clients' longest stretch without a committed answer, and the
 clean errors they saw) is printed; `pytest -rP tests/e2e/test_faults.py` shows it."""
@@ -18,49 +19,16 @@ from weaseldb_operator.resources import CONFIG_HASH
 
 from tests.e2e import KIND_TIER
 from tests.e2e.databases import (
-    ROLE,
-    answers,
-    example_database,
-    expose_gateway,
+    commits_grow_by,
+    leader_pod,
     pods_of,
     serving,
-    wait_serving,
+    start_database,
 )
 from tests.support.histories import Workload, assert_history_is_clean, retried
 from tests.support.kind import KindCluster
 
 pytestmark = KIND_TIER
-
-
-def start_database(cluster: KindCluster, image: str, namespace: str, name: str, **spec: Any) -> str:
-    """A WeaselDB reached through its gateway Service's published NodePort; the URL."""
-    spec = {"gateway": {"serviceType": "NodePort", "workers": 1}, **spec}
-    cluster.apply(example_database(name, f"e2e/{namespace}", image, **spec), namespace)
-    wait_serving(cluster, namespace, name, replicas=spec["replicas"])
-    url = expose_gateway(cluster, namespace, name)
-    cluster.wait_for(lambda: answers(url), 60, f"the gateway at {url}", namespace)
-    return url
-
-
-def leader_pod(cluster: KindCluster, namespace: str, name: str) -> dict[str, Any]:
-    (leader,) = [
-        p
-        for p in pods_of(cluster, namespace, name)
-        if p["metadata"]["labels"].get(ROLE) == "leader"
-    ]
-    return leader
-
-
-def commits_grow_by(
-    cluster: KindCluster, workload: Workload, count: int, namespace: str, timeout: float = 180
-) -> None:
-    target = workload.count("committed") + count
-    cluster.wait_for(
-        lambda: workload.count("committed") >= target,
-        timeout,
-        f"{count} more commits (unexpected answers: {workload.unexpected[:3]})",
-        namespace,
-    )
 
 
 #: One line per fault: what it cost the clients. tests/e2e/conftest.py prints them at the end
@@ -76,38 +44,6 @@ def report(what: str, workload: Workload, since: float) -> None:
     )
     FAULT_COSTS.append(line)
     print(line)
-
-
-def test_leader_pod_deleted_under_load_fails_over_without_losing_a_commit(
-    weaseldb_operator: KindCluster, images: dict[str, str], namespace: str
-) -> None:
-    """Scenario 3: the standby is promoted, the Service follows it, the clients see only
-    clean errors during the switch, and the history holds."""
-    cluster, name = weaseldb_operator, "failover"
-    url = start_database(
-        cluster, images["weaseldb"], namespace, name, replicas=2, leaderFailoverSeconds=5
-    )
-    old = leader_pod(cluster, namespace, name)
-    old_term = cluster.get("weaseldb", name, namespace)["status"]["leader"]["term"]
-    workload = Workload(url, concurrency=8).start()
-    try:
-        commits_grow_by(cluster, workload, 150, namespace)
-        deleted_at = time.monotonic()
-        cluster.kubectl("-n", namespace, "delete", "pod", old["metadata"]["name"], "--wait=false")
-
-        def new_leader() -> bool:
-            status = cluster.get("weaseldb", name, namespace)["status"]
-            return bool(status.get("leader", {}).get("term", old_term) != old_term)
-
-        cluster.wait_for(new_leader, 240, "a leader in a newer term", namespace)
-        commits_grow_by(cluster, workload, 150, namespace)
-    finally:
-        workload.stop()
-    report("leader pod deleted", workload, deleted_at)
-    status = cluster.get("weaseldb", name, namespace)["status"]
-    assert status["leader"]["term"] != old_term
-    retries = retried(url, workload)
-    assert_history_is_clean(url, workload, retries)
 
 
 def test_one_stage_container_killed_in_the_leader_pod_recovers_alone(

@@ -17,6 +17,8 @@ RETENTION = "retention/"
 REQUEST_IDS = "requestids/"
 #: Where the retained log starts after garbage collection (see `log_start_key`).
 LOG_START = "logstart/"
+#: The leader's lease, one mutable object per term (see `lease_key`).
+LEASES = "leases/"
 MANIFEST_SUFFIX = ".manifest"
 
 
@@ -26,6 +28,12 @@ def batch_key(number: BatchNumber) -> str:
 
 def term_key(term: Term) -> str:
     return f"{TERMS}{term:020d}"
+
+
+def lease_key(term: Term) -> str:
+    """The lease the leader of `term` renews (weaseldb.core.lease): one object per term, so
+    a deposed leader still renewing its own never hides the new leader's renewals."""
+    return f"{LEASES}{term:020d}"
 
 
 #: Separates a policy id from the version in a policy document's key (never in an id).

@@ -102,7 +102,12 @@ class CompactionLoop:
         """Delete the runs past their deadline, record what was counted, start the next."""
         for name in plan.delete:
             log.warning("%s/%s: deleting %s: past its deadline", db.namespace, db.name, name)
-            await self._kube.delete(_runs(db, name))
+            try:
+                await self._kube.delete(_runs(db, name))
+            except KubeError as e:
+                # Still counted and reported once; the run stays expired (no new run
+                # starts) and the delete is tried again on the next pass.
+                log.warning("%s/%s: cannot delete %s: %s", db.namespace, db.name, name, e)
         for notice in plan.notices:
             await self._kube.event(regarding, notice.reason, notice.message, warning=notice.warning)
         if plan.create is not None and await self._kube.create(plan.create):

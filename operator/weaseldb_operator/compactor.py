@@ -1,6 +1,7 @@
 """The compaction loop, run by the observer for each database with `spec.compaction`:
-observe (its SparkApplications, the snapshot lag), decide (compaction.due), act (create
-the SparkApplication), and report what the status should say (lastCompaction and the
+observe (its SparkApplications, the snapshot lag, its status and annotations), decide
+(compaction.plan), act (delete a run past its deadline, create the next, record Events),
+and report what the status should say (lastCompaction, compaction and the
 CompactionHealthy condition), which the observer writes with everything else.
 """
 
@@ -18,12 +19,34 @@ from weaseldb.core.timestamps import parse_iso
 from weaseldb_operator import compaction
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
-from weaseldb_operator.spec import Database
+from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import Stores, snapshot_lag
 
 log = logging.getLogger("weaseldb.operator.compaction")
 #: How often the store is read for the snapshot lag (batches since the last snapshot).
 LAG_INTERVAL_S = 10.0
+
+
+def _runs(db: Database, name: str = "") -> str:
+    return path_for(compaction.SPARK_API_VERSION, compaction.SPARK_KIND, db.namespace, name)
+
+
+def _regarding(body: dict[str, Any]) -> dict[str, Any]:
+    """The WeaselDB as an Event's subject (a listed item may lack apiVersion and kind)."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
+
+
+def _changed(status: dict[str, Any], wanted: dict[str, Any | None]) -> dict[str, Any]:
+    """The fields of `wanted` that differ from `status`. None inside an object removes the
+    field (merge patch), so it is not compared: an unchanged status is not written again."""
+    out: dict[str, Any] = {}
+    for field, value in wanted.items():
+        if value is None:
+            continue
+        kept = {k: v for k, v in value.items() if v is not None}
+        if status.get(field) != kept:
+            out[field] = value
+    return out
 
 
 def _parse(timestamp: str | None) -> datetime.datetime:
@@ -56,52 +79,43 @@ class CompactionLoop:
     async def _observe(
         self, db: Database, body: dict[str, Any]
     ) -> tuple[list[Condition], dict[str, Any]]:
-        spec = db.compaction
-        if spec is None:
+        if db.compaction is None:
             return [], {}
-        path = path_for(compaction.SPARK_API_VERSION, compaction.SPARK_KIND, db.namespace)
-        apps = await self._kube.list(path, {compaction.DATABASE_LABEL: db.name})
+        apps = await self._kube.list(_runs(db), {compaction.DATABASE_LABEL: db.name})
         version, lag = await self._snapshot_lag(db)
-        now = datetime.datetime.now(datetime.UTC)
-        created_at = _parse(body["metadata"].get("creationTimestamp"))
-        recorded = ((body.get("status") or {}).get("lastCompaction") or {}).get("slot")
-        wanted = compaction.due(
-            spec,
-            now=now,
-            created_at=created_at,
+        status = body.get("status") or {}
+        plan = compaction.plan(
+            db,
+            now=datetime.datetime.now(datetime.UTC),
+            created_at=_parse(body["metadata"].get("creationTimestamp")),
             apps=apps,
             batches_since_snapshot=lag,
-            recorded_slot=recorded,
+            status=status,
+            run_now=(body["metadata"].get("annotations") or {}).get(compaction.RUN_NOW_ANNOTATION),
+            version=version,
         )
-        if wanted is not None:
-            app = compaction.spark_application_for(db, spec, wanted.slot)
-            if await self._kube.create(app):
-                log.info("%s/%s: created %s (%s)", db.namespace, db.name,
-                         app["metadata"]["name"], wanted.why)  # fmt: skip
-                apps.append(app)
-        finished = compaction.newest(a for a in apps if compaction.is_finished(a))
-        return self._report(body, compaction.newest(apps), finished, version)
+        await self._act(db, _regarding(body), plan)
+        wanted = {"lastCompaction": plan.last, "compaction": plan.record.status()}
+        return [plan.condition], _changed(status, wanted)
 
-    def _report(
-        self,
-        body: dict[str, Any],
-        app: dict[str, Any] | None,
-        finished: dict[str, Any] | None,
-        version: int | None,
-    ) -> tuple[list[Condition], dict[str, Any]]:
-        current = [
-            c for c in (body.get("status") or {}).get("conditions") or []
-            if c.get("type") == Type.COMPACTION_HEALTHY
-        ]  # fmt: skip
-        reason = current[0].get("reason") if current else None
-        update = compaction.condition_for(app, reason, finished)
-        extra: dict[str, Any] = {}
-        if app is not None:
-            succeeded = compaction.state_of(app) in compaction.SUCCEEDED
-            extra["lastCompaction"] = compaction.last_compaction(
-                app, version if succeeded else None
+    async def _act(self, db: Database, regarding: dict[str, Any], plan: compaction.Plan) -> None:
+        """Delete the runs past their deadline, record what was counted, start the next."""
+        for name in plan.delete:
+            log.warning("%s/%s: deleting %s: past its deadline", db.namespace, db.name, name)
+            try:
+                await self._kube.delete(_runs(db, name))
+            except KubeError as e:
+                # Still counted and reported once; the run stays expired (no new run
+                # starts) and the delete is tried again on the next pass.
+                log.warning("%s/%s: cannot delete %s: %s", db.namespace, db.name, name, e)
+        for notice in plan.notices:
+            await self._kube.event(regarding, notice.reason, notice.message, warning=notice.warning)
+        if plan.create is not None and await self._kube.create(plan.create):
+            name = plan.create["metadata"]["name"]
+            log.info("%s/%s: created %s (%s)", db.namespace, db.name, name, plan.why)
+            await self._kube.event(
+                regarding, "CompactionStarted", f"created SparkApplication {name} ({plan.why})"
             )
-        return ([update] if update else []), extra
 
     async def _snapshot_lag(self, db: Database) -> tuple[int | None, int | None]:
         """(newest snapshot version, batches since it), read at most every LAG_INTERVAL_S."""

@@ -45,6 +45,8 @@ class Reason(StrEnum):
     NOT_PAUSED = "NotPaused"
     NO_VALID_SPEC = "NoValidSpec"
     STORAGE_CONFLICT = "StorageConflict"
+    COMPACTION_DEADLINE_EXCEEDED = "DeadlineExceeded"
+    COMPACTION_SUSPENDED = "Suspended"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
@@ -196,14 +198,30 @@ ROWS: tuple[Row, ...] = (
         "True",
         Reason.COMPACTION_SUCCEEDED,
         COMPACTOR,
-        "The newest SparkApplication completed; status.lastCompaction has its snapshot version.",
+        "The newest run completed; status.lastCompaction has its snapshot version.",
     ),
     Row(
         Type.COMPACTION_HEALTHY,
         "False",
         Reason.COMPACTION_FAILED,
         COMPACTOR,
-        "The newest SparkApplication failed; the message has its state and error.",
+        "The newest run failed; the message has its error, the failures in a row and when "
+        "the next run may start (status.compaction).",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "False",
+        Reason.COMPACTION_DEADLINE_EXCEEDED,
+        COMPACTOR,
+        "The newest run was not finished spec.compaction.deadlineSeconds after its creation: "
+        "it was deleted and counts as a failure.",
+    ),
+    Row(
+        Type.COMPACTION_HEALTHY,
+        "Unknown",
+        Reason.COMPACTION_SUSPENDED,
+        COMPACTOR,
+        "spec.compaction.suspend is true: no scheduled or threshold run starts.",
     ),
     Row(
         Type.COMPACTION_HEALTHY,

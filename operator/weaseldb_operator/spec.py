@@ -105,6 +105,13 @@ class Compaction:
     gc: bool = True
     service_account: str = "spark"
     ttl_seconds: int = 86400
+    # Supervision (compaction.plan): a run not finished this long after its creation fails;
+    # failures in a row wait backoff * 2^(n-1) seconds, at most max_backoff, before the
+    # next scheduled or threshold run; suspend stops those runs.
+    deadline_seconds: int = 7200
+    backoff_seconds: int = 60
+    max_backoff_seconds: int = 3600
+    suspend: bool = False
 
 
 #: Pod label keys the operator owns: its selector (and managed-by) labels, and every key
@@ -250,6 +257,10 @@ def compaction_from(raw: dict[str, Any] | None) -> Compaction | None:
         gc=bool(raw.get("gc", True)),
         service_account=str(raw.get("serviceAccount", "spark")),
         ttl_seconds=int(raw.get("ttlSecondsAfterFinished", 86400)),
+        deadline_seconds=int(raw.get("deadlineSeconds", 7200)),
+        backoff_seconds=int(raw.get("backoffSeconds", 60)),
+        max_backoff_seconds=int(raw.get("maxBackoffSeconds", 3600)),
+        suspend=bool(raw.get("suspend", False)),
     )
 
 

@@ -102,7 +102,7 @@ def test_threshold_creates_one_application_and_status_follows_it(
     spec = {
         "storage": storage(minio, bucket),
         "compaction": {"image": "weaseldb-spark:test", "batchThreshold": 2, "executors": 3,
-                       "executor": {"cores": 2, "memory": "2g"}},
+                       "executor": {"cores": 2, "memory": "2g"}, "backoffSeconds": 1},
     }  # fmt: skip
     control_plane.apply(weaseldb("eager", namespace, spec))
     owner = control_plane.get("wdb", "eager", "-n", namespace)["metadata"]["uid"]
@@ -142,7 +142,8 @@ def test_threshold_creates_one_application_and_status_follows_it(
     assert "driver OOMKilled" in healthy["message"]
     assert body["status"]["lastCompaction"]["outcome"] == "Failed"
 
-    # The next minute's slot runs again (the threshold is still met), one at a time.
+    # After the backoff (1 s here) the next minute's slot runs again (the threshold is still
+    # met), one at a time.
     def second_run() -> dict[str, Any] | None:
         found = apps(control_plane, namespace, "eager")
         return found[1] if len(found) == 2 else None

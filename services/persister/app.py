@@ -32,6 +32,7 @@ from services.persister.assembly import RingAssembly
 from services.persister.dispatch import Dispatch
 from services.persister.fullness import Fullness
 from services.persister.leader import TermLeader
+from services.persister.lease import LeaseRenewer
 from services.persister.outboxes import WorkerQueues
 from services.persister.outgoing import Outgoing
 from services.persister.termstate import Signal, TermState
@@ -78,7 +79,10 @@ class PersisterStage:
         )
         assembly = RingAssembly(run_dir, config.ports)
         fullness = Fullness(self._store_full_changed)
-        self.leader = TermLeader(config, store, self.state, self.outgoing, fullness, assembly)
+        self.lease = LeaseRenewer(config, store)
+        self.leader = TermLeader(
+            config, store, self.state, self.outgoing, fullness, assembly, self.lease
+        )
         self.dispatch = Dispatch(
             ring.inbox(endpoints.persister), self.state, assembly, self.outgoing
         )
@@ -95,6 +99,7 @@ class PersisterStage:
         try:
             return await self.leader.lead_terms()
         finally:
+            await self.lease.close()
             self.outgoing.flush()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):

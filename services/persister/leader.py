@@ -35,6 +35,7 @@ from services.persister.leadership import (
     newest_claim_holder,
     open_term,
 )
+from services.persister.lease import LeaseRenewer, lease_expired
 from services.persister.outgoing import Outgoing
 from services.persister.termstate import Signal, TermState
 from services.persister.watch import watch_terms
@@ -69,8 +70,10 @@ class TermLeader:
         outgoing: Outgoing,
         fullness: Fullness,
         assembly: RingAssembly,
+        lease: LeaseRenewer,
     ) -> None:
         self._config = config
+        self._lease = lease
         self._store = store
         self._state = state
         self._outgoing = outgoing
@@ -154,6 +157,7 @@ class TermLeader:
                 self._state.standby(str(e))
                 if not await self._promoted():
                     return None
+        self._lease.hold(claimed.term, leader_id)
         self._state.opening(claimed.term)
         term = await open_term(self._store, claimed, self._config.persister, fence=not renewing)
         index = await self._index_and_load_window(term)
@@ -166,10 +170,22 @@ class TermLeader:
         return term
 
     async def _promoted(self) -> bool:
-        promoted = await self._state.promoted()
+        """Wait as a standby: for POST /promote, or for the leader's lease to expire (then
+        this standby promotes itself); False when the process stops first."""
+        watch = asyncio.create_task(lease_expired(self._config, self._store), name="lease-watch")
+        watch.add_done_callback(self._lease_expired)
+        try:
+            promoted = await self._state.promoted()
+        finally:
+            watch.cancel()
         if promoted:
             self._state.claiming()
         return promoted
+
+    def _lease_expired(self, watch: asyncio.Task[str]) -> None:
+        if not watch.cancelled() and watch.exception() is None:
+            log.warning("claiming the next term: %s", watch.result())
+            self._state.raise_signal(Signal.PROMOTE)
 
     async def _index_and_load_window(self, term: OpenedTerm) -> IndexWriter:
         persister = self._config.persister

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, Stage
 
@@ -51,11 +51,27 @@ class PersisterConfig(_Section):
     term_watch_interval_s: float = Field(2.0, gt=0)
     """While leading, look for a newer term claim this often (one LIST of one key), so an
     idle deposed leader stops promptly instead of at its next batch."""
+    lease_renew_s: float = Field(1.0, gt=0)
+    """With standbys (``claim_on_start = "unclaimed_or_own"``) the leader renews its lease
+    (``leases/<term>``, one small PUT) this often, and standbys read it this often."""
+    lease_timeout_s: float = Field(4.0, ge=0)
+    """A standby claims the next term itself when the newest term's lease has not changed
+    for this long on its own clock; 0: only ``POST /promote`` promotes it."""
     claim_on_start: Literal["always", "unclaimed_or_own"] = "always"
     """``always``: claim the next term at every start (one process set per database, as with
     ``weaseldb up``). ``unclaimed_or_own``: claim only when no term was claimed yet or the
     newest claim names this pod; otherwise wait as a standby until promoted (``POST
     /promote`` on the persister), so restarting standbys never depose the leader."""
+
+    @model_validator(mode="after")
+    def _lease_outlasts_renewals(self) -> PersisterConfig:
+        # A timeout within two renewals would take one slow PUT for a dead leader.
+        if 0 < self.lease_timeout_s < 2 * self.lease_renew_s:
+            raise ValueError(
+                f"lease_timeout_s ({self.lease_timeout_s:g}) must be 0 or at least twice "
+                f"lease_renew_s ({self.lease_renew_s:g})"
+            )
+        return self
 
 
 class ResolverConfig(_Section):

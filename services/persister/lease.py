@@ -1,0 +1,110 @@
+"""The leader's lease in the store (weaseldb.core.lease): renewed while this process holds
+a term, watched while it stands by.
+
+Only process sets that run with standbys (`persister.claim_on_start = "unclaimed_or_own"`,
+the operator's pods) renew or watch; `weaseldb up` claims at every start and has no
+standby to tell, so it writes nothing. A renewal that fails is logged and tried again at
+the next tick: the lease only says when a standby may try to claim; the claim's fence,
+not the lease, keeps two leaders from both writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from prometheus_client import Counter
+
+from services.persister.leadership import newest_claim_holder
+from weaseldb.core import layout
+from weaseldb.core.config import Config
+from weaseldb.core.errors import NotFound, StoreError
+from weaseldb.core.lease import Lease, LeaseWatch, encode
+from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Term
+
+log = logging.getLogger("weaseldb.persister")
+RENEWALS_FAILED = Counter(
+    "weaseldb_lease_renewals_failed_total", "Lease renewals the store refused (retried)"
+)
+
+
+def uses_lease(config: Config) -> bool:
+    return config.persister.claim_on_start == "unclaimed_or_own"
+
+
+class LeaseRenewer:
+    """Renews the lease of the term this process holds, every `lease_renew_s`."""
+
+    def __init__(self, config: Config, store: BlobStore) -> None:
+        self._config, self._store = config, store
+        self._held: tuple[Term, str] | None = None
+        self._renewal = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, term: Term, leader_id: str) -> None:
+        """From the claim on (recovery included: a standby must not take the time a new
+        leader needs to open its term for death)."""
+        if not uses_lease(self._config):
+            return
+        self._held, self._renewal = (term, leader_id), 0
+        if self._task is None:
+            self._task = asyncio.create_task(self._renew_forever(), name="lease")
+
+    def release(self) -> None:
+        self._held = None
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _renew_forever(self) -> None:
+        while True:
+            if self._held is not None:
+                await self._renew(*self._held)
+            await asyncio.sleep(self._config.persister.lease_renew_s)
+
+    async def _renew(self, term: Term, leader_id: str) -> None:
+        self._renewal += 1
+        lease = Lease(
+            term=term, leader_id=leader_id, pod=self._config.pod_name, renewal=self._renewal
+        )
+        try:
+            await self._store.put(layout.lease_key(term), encode(lease))
+        except (StoreError, OSError) as e:
+            RENEWALS_FAILED.inc()
+            log.warning("lease of term %s not renewed: %s", term, e)
+
+
+async def lease_expired(config: Config, store: BlobStore) -> str:
+    """Return once the newest term's lease has not changed for `lease_timeout_s`, with
+    why; never when the timeout is 0 (this standby waits for POST /promote only)."""
+    persister = config.persister
+    if persister.lease_timeout_s == 0 or not uses_lease(config):
+        await asyncio.Event().wait()
+    watch = LeaseWatch(persister.lease_timeout_s)
+    while True:
+        try:
+            holder = await newest_claim_holder(store, persister)
+            if holder.term is not None:
+                lease = await _read(store, holder.term)
+                if watch.observe(holder.term, lease, time.monotonic()):
+                    silent = watch.silent_for(time.monotonic())
+                    return (
+                        f"the lease of term {holder.term} (pod {holder.pod}) was not renewed "
+                        f"for {silent:.1f}s"
+                    )
+        except (StoreError, OSError) as e:
+            log.warning("cannot read the leader's lease: %s", e)
+        await asyncio.sleep(persister.lease_renew_s)
+
+
+async def _read(store: BlobStore, term: Term) -> bytes | None:
+    try:
+        return await store.get(layout.lease_key(term))
+    except NotFound:
+        return None

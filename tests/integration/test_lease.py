@@ -1,0 +1,83 @@
+"""The leader's lease without any operator: two real process sets that run as pods do
+(`claim_on_start = "unclaimed_or_own"`) on one directory store. While the leader renews
+its lease the standby waits; when the leader is SIGKILLed the standby claims the next
+term itself, and every acknowledged commit is still there."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.waiting import wait_for
+from weaseldb.core import layout
+from weaseldb.core.lease import Lease
+from weaseldb.runtime.stores import open_store
+
+pytestmark = pytest.mark.slow
+COMMIT = {"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]}
+
+
+def pod(tmp: Path, store: str, name: str, timeout_s: float = 2) -> ProcessSet:
+    path = tmp / f"{name}.toml"
+    path.write_text(
+        f'pod_name = "{name}"\n[persister]\nclaim_on_start = "unclaimed_or_own"\n'
+        f"lease_renew_s = 0.5\nlease_timeout_s = {timeout_s}\n"
+    )
+    return ProcessSet(store, free_port_block(), short_run_dir(), ["--config", str(path)])
+
+
+def role(process_set: ProcessSet) -> str | None:
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{process_set.port + 3}/readyz", timeout=2)
+        return str(answer.json().get("role"))
+    except httpx.HTTPError:
+        return None
+
+
+def lease_of(store: str) -> Lease:
+    """The newest term's lease (keys of newer terms sort first)."""
+
+    async def read() -> bytes:
+        blobs = open_store(store)
+        try:
+            newest = (await blobs.list(layout.LEASES, limit=1))[0]
+            return await blobs.get(newest)
+        finally:
+            await blobs.close()
+
+    return msgspec.json.decode(asyncio.run(read()), type=Lease)
+
+
+def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = f"dir:{data}"
+    leader, standby = pod(tmp_path, store, "db-0").start(), pod(tmp_path, store, "db-1")
+    standby.launch()
+    try:
+        wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        acknowledged = [httpx.post(f"{leader.url}/v1/commit", json=COMMIT).json()]
+        first = lease_of(store)
+        time.sleep(3)  # past the standby's timeout: renewals keep it a standby
+        assert role(standby) == "standby"
+        assert lease_of(store).renewal > first.renewal and first.pod == "db-0"
+
+        killed_at = time.monotonic()
+        leader.kill()
+        standby.wait_ready(60)
+        took = time.monotonic() - killed_at
+        print(f"leader SIGKILLed -> standby serving on its own: {took:.1f} s")
+        acknowledged.append(httpx.post(f"{standby.url}/v1/commit", json=COMMIT).json())
+        assert [a["status"] for a in acknowledged] == ["committed", "committed"]
+        assert acknowledged[1]["version"] > acknowledged[0]["version"]
+        assert lease_of(store).pod == "db-1"  # the new leader renews its own term's lease
+        assert "claiming the next term: the lease of term" in standby.log()
+    finally:
+        for process_set in (standby, leader):
+            if process_set.process and process_set.process.poll() is None:
+                process_set.kill()

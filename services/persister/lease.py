@@ -22,7 +22,7 @@ from weaseldb.core import layout
 from weaseldb.core.config import Config
 from weaseldb.core.errors import NotFound, StoreError
 from weaseldb.core.lease import Lease, LeaseWatch, encode
-from weaseldb.core.store import BlobStore
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.types import Term
 
 log = logging.getLogger("weaseldb.persister")
@@ -63,10 +63,21 @@ class LeaseRenewer:
                 await self._task
 
     async def _renew_forever(self) -> None:
+        with contextlib.suppress(StoreError, OSError):
+            await self._forget_older()
         while True:
             if self._held is not None:
                 await self._renew(*self._held)
             await asyncio.sleep(self._config.persister.lease_renew_s)
+
+    async def _forget_older(self) -> None:
+        """Delete the leases of earlier terms (one small object each), once per process:
+        nobody reads a lease but the newest claim's."""
+        if self._held is None:
+            return
+        newest = layout.lease_key(self._held[0])
+        for key in await list_all(self._store, layout.LEASES, start_after=newest):
+            await self._store.delete(key)
 
     async def _renew(self, term: Term, leader_id: str) -> None:
         self._renewal += 1

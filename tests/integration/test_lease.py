@@ -54,6 +54,17 @@ def lease_of(store: str) -> Lease:
     return msgspec.json.decode(asyncio.run(read()), type=Lease)
 
 
+def lease_count(store: str) -> int:
+    async def count() -> int:
+        blobs = open_store(store)
+        try:
+            return len(await blobs.list(layout.LEASES))
+        finally:
+            await blobs.close()
+
+    return asyncio.run(count())
+
+
 def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> None:
     data = tmp_path / "data"
     store = f"dir:{data}"
@@ -76,6 +87,7 @@ def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> No
         assert [a["status"] for a in acknowledged] == ["committed", "committed"]
         assert acknowledged[1]["version"] > acknowledged[0]["version"]
         assert lease_of(store).pod == "db-1"  # the new leader renews its own term's lease
+        wait_for(lambda: lease_count(store) == 1, what="the old term's lease deleted")
         assert "claiming the next term: the lease of term" in standby.log()
     finally:
         for process_set in (standby, leader):

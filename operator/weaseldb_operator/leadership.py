@@ -138,14 +138,20 @@ def _summary(
     return [elected, ready, degraded]
 
 
-def holds(claim: Claim, pods: list[PodView]) -> bool:
-    """The claiming pod exists, is not being deleted, and its persister answers as the
-    term's leader (serving or still opening it)."""
-    return any(p.name == claim.pod and not p.deleting and p.answer in HOLDING for p in pods)
+def holds(claim: Claim, pods: list[PodView], lease_expired: bool = False) -> bool:
+    """The claiming pod exists, is not being deleted, its persister answers as the term's
+    leader (serving or still opening it), and its lease in the store is renewed."""
+    return not lease_expired and any(
+        p.name == claim.pod and not p.deleting and p.answer in HOLDING for p in pods
+    )
 
 
 def down_since(
-    claim: Claim | None, pods: list[PodView], previous: float | None, now: float
+    claim: Claim | None,
+    pods: list[PodView],
+    previous: float | None,
+    now: float,
+    lease_expired: bool = False,
 ) -> float | None:
     """When the claiming pod was first seen not holding its term, carried from one
     observation to the next (`previous`); None while it holds or nothing is claimed.
@@ -154,7 +160,7 @@ def down_since(
     pass, so a dead process, a pod that is gone or being deleted (it will not serve again:
     a pod stuck terminating on a dead node must not hold the clock at zero) and a node
     that stopped answering all count, within a pass, whatever kubelet reports."""
-    if claim is None or holds(claim, pods):
+    if claim is None or holds(claim, pods, lease_expired):
         return None
     return previous if previous is not None else now
 
@@ -177,6 +183,7 @@ def decide(
     down: float | None,
     target_leader: str | None = None,
     paused: bool = False,
+    lease_expired: bool = False,
 ) -> Decision:
     """Labels, an optional promotion and the conditions, from one observation.
 
@@ -192,14 +199,15 @@ def decide(
             None, False, _labels(pods, None), None, _summary(elected, pods, None, replicas)
         )
     pod = next((p for p in pods if p.name == claim.pod and not p.deleting), None)
-    if pod is not None and holds(claim, pods) and pod.ready:
+    held = holds(claim, pods, lease_expired)
+    if pod is not None and held and pod.ready:
         return _serving(claim, pods, pod, replicas, target_leader, paused=paused)
-    if pod is not None and holds(claim, pods):
+    if pod is not None and held:
         waited = now - (pod.not_ready_since or now)
         what, reason, limit = "is not Ready", Reason.LEADER_NOT_READY, timing.not_ready_seconds
     else:
         waited = now - (down or now)
-        what, reason = _down(claim, pods)
+        what, reason = _down(claim, pods, lease_expired)
         # A pod that is gone or being deleted will not serve this term again: no wait.
         limit = timing.failover_seconds if pod is not None else 0.0
     what = f"leader pod {claim.pod} (term {claim.term}) {what} for {waited:.0f}s"
@@ -226,12 +234,14 @@ def decide(
     )
 
 
-def _down(claim: Claim, pods: list[PodView]) -> tuple[str, Reason]:
+def _down(claim: Claim, pods: list[PodView], lease_expired: bool) -> tuple[str, Reason]:
     pod = next((p for p in pods if p.name == claim.pod), None)
     if pod is None:
         return "does not exist", Reason.LEADER_POD_MISSING
     if pod.deleting:
         return "is being deleted", Reason.LEADER_POD_MISSING
+    if lease_expired:
+        return "has not renewed its lease in the store", Reason.LEADER_UNRESPONSIVE
     answer = f"answers {pod.answer}" if pod.answer else "does not answer"
     return f"{answer} (its persister's /readyz)", Reason.LEADER_UNRESPONSIVE
 

@@ -21,8 +21,9 @@ from prometheus_client import Counter
 
 from weaseldb.core.channels import Role, decode_readiness
 from weaseldb.core.errors import StoreError
+from weaseldb.core.lease import LeaseWatch
 from weaseldb.core.timestamps import iso_ms, now_iso, parse_iso
-from weaseldb.core.types import Stage
+from weaseldb.core.types import Stage, Term
 from weaseldb.runtime import probe
 from weaseldb_operator import conditions, rollout
 from weaseldb_operator.compactor import CompactionLoop
@@ -38,7 +39,7 @@ from weaseldb_operator.resources import (
     statefulset_replicas,
 )
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
-from weaseldb_operator.storage import Stores, UnreadableClaim, newest_claim
+from weaseldb_operator.storage import Stores, UnreadableClaim, lease_of, newest_claim
 
 log = logging.getLogger("weaseldb.operator.observer")
 OBSERVE_ERRORS = Counter(
@@ -116,6 +117,7 @@ class Observer:
         self._down_since: dict[tuple[str, str], float] = {}
         self._promoted: dict[tuple[str, str], float] = {}  # (db uid, claim key) -> when
         self._last_valid: dict[str, Database] = {}
+        self._leases: dict[str, LeaseWatch] = {}  # db uid -> its leader's lease, as seen
         self._compaction = CompactionLoop(kube, self._stores)
 
     async def run(self) -> None:
@@ -167,7 +169,7 @@ class Observer:
             return
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
         views = await self._views(pods)
-        decision = self._decide(db, claim, views)
+        decision = self._decide(db, claim, views, await self._lease_expired(db, claim))
         if not db.paused:
             await self._act(db, body, decision, pods)
             await self._roll(db, body, decision, views, pods)
@@ -244,10 +246,23 @@ class Observer:
         path = path_for(API_VERSION, KIND, meta["namespace"], meta["name"])
         await self._kube.patch_status(path, changed, body)
 
-    def _decide(self, db: Database, claim: Claim | None, views: list[PodView]) -> Decision:
+    async def _lease_expired(self, db: Database, claim: Claim | None) -> bool:
+        """Whether the claim's leader stopped renewing the lease it renewed before (its
+        persister may still answer: it lost the store, say). A leader that never wrote
+        one (an older image) is judged by its answers alone."""
+        timeout = db.config.persister.lease_timeout_s
+        if claim is None or timeout == 0:
+            return False
+        lease = await lease_of(self._stores.get(db.storage), claim)
+        watch = self._leases.setdefault(db.uid, LeaseWatch(timeout))
+        return watch.observe(Term(claim.term_number), lease, time.monotonic()) and bool(lease)
+
+    def _decide(
+        self, db: Database, claim: Claim | None, views: list[PodView], lease_expired: bool
+    ) -> Decision:
         now = time.time()
         key = (db.uid, claim.key if claim else "")
-        since = down_since(claim, views, self._down_since.get(key), now)
+        since = down_since(claim, views, self._down_since.get(key), now, lease_expired)
         if since is None:
             self._down_since.pop(key, None)
         else:
@@ -261,6 +276,7 @@ class Observer:
             down=since,
             target_leader=db.target_leader,
             paused=db.paused,
+            lease_expired=lease_expired,
         )
 
     async def _views(self, pods: list[dict[str, Any]]) -> list[PodView]:

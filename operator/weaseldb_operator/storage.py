@@ -14,6 +14,7 @@ import orjson
 from weaseldb.core import layout, manifest, recovery
 from weaseldb.core.errors import NotFound
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import Term
 from weaseldb.runtime.stores import open_store
 from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage
@@ -54,6 +55,15 @@ async def newest_claim(store: BlobStore) -> Claim | None:
         return Claim.parse(key, orjson.loads(body))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UnreadableClaim(f"{key}: {type(e).__name__}: {e}") from e
+
+
+async def lease_of(store: BlobStore, claim: Claim) -> bytes | None:
+    """The claim's lease as its leader last renewed it (weaseldb.core.lease); None when
+    it never wrote one (a leader without standbys, or one that died before renewing)."""
+    try:
+        return await store.get(layout.lease_key(Term(claim.term_number)))
+    except NotFound:
+        return None
 
 
 async def purge(store: BlobStore, *, parallel: int = 16) -> int:

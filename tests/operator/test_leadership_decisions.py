@@ -221,3 +221,19 @@ def test_paused_reports_but_neither_fails_over_nor_switches_over() -> None:
     cordoned = [leader(node="a", schedulable=False), standby(node="b")]
     staying = decide(claim(), cordoned, now=NOW, timing=TIMING, replicas=2, down=None, paused=True)
     assert staying.promote is None and staying.leader_ready
+
+
+def test_a_leader_that_stopped_renewing_its_lease_fails_over_though_it_answers() -> None:
+    """Its persister answers (it lost the store, say): the lease it stopped renewing is
+    the second signal, after leaderFailoverSeconds like a silent one."""
+    pods = [leader(), standby()]
+    assert down_since(claim(), pods, None, NOW, lease_expired=True) == NOW
+    waiting = decide(
+        claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 1, lease_expired=True
+    )
+    assert waiting.promote is None and not waiting.leader_ready
+    assert "has not renewed its lease" in waiting.conditions[0].message
+    due = decide(
+        claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 2, lease_expired=True
+    )
+    assert due.promote == "orders-1"

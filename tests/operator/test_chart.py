@@ -52,12 +52,12 @@ def test_operator_service_account_has_what_it_uses(
         ("create", "events"),
         ("create", "sparkapplications.sparkoperator.k8s.io"),
         ("list", "sparkapplications.sparkoperator.k8s.io"),
+        ("delete", "sparkapplications.sparkoperator.k8s.io"),  # deletionPolicy Delete
     ]
     denied = [
         ("get", "secrets"),
         ("create", "pods"),
         ("delete", "weaseldbs"),
-        ("delete", "sparkapplications.sparkoperator.k8s.io"),
         ("patch", "sparkapplications.sparkoperator.k8s.io/status"),
     ]
     for verb, resource in allowed + denied:

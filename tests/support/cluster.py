@@ -83,7 +83,9 @@ class ProcessSet:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> ProcessSet:
+    def start(self, timeout: float = 60, *, ready: bool = True) -> ProcessSet:
+        """Start the set; wait until it is Ready unless `ready` is False (a standby
+        never is)."""
         self.log_path = self.run_dir / "up.log"
         started_logs.append(self.log_path)
         command = [
@@ -106,7 +108,8 @@ class ProcessSet:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.wait_ready(timeout)
+        if ready:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:

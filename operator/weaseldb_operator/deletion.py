@@ -20,8 +20,10 @@ import asyncio
 import logging
 from typing import Any
 
+from weaseldb.core import layout
 from weaseldb.core.clock import now_ms
 from weaseldb.core.store import BlobStore
+from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator import compaction
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.resources import selector_labels
@@ -33,6 +35,8 @@ log = logging.getLogger("weaseldb.operator.deletion")
 #: Beyond twice the term watch interval: how long a fenced leader's writes in flight may
 #: still take to land.
 SETTLE_S = 5.0
+#: How often the delete handler looks again while pods of the database exist.
+POLL_PODS_S = 3
 
 
 class PodsLeft(Exception):
@@ -68,6 +72,11 @@ class Deletion:
         claim = await fence(store, deletion_leader_id(self._db), now_ms())
         total = await count_objects(store)
         deleted = 0
+        await self.event(
+            "Purging",
+            f"claimed term {NUMBER_TOP - claim.term + 1} to fence {layout.term_key(claim.term)}; "
+            f"deleting {total} objects",
+        )
 
         async def progress(done: int) -> None:
             await self.phase(f"Purging: {max(total - deleted - done, 0)} objects left")

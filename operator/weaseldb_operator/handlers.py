@@ -22,7 +22,7 @@ from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
-from weaseldb_operator.deletion import Deletion, PodsLeft
+from weaseldb_operator.deletion import POLL_PODS_S, Deletion, PodsLeft
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.resources import children_for, pdb_for
@@ -166,7 +166,9 @@ async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_
     try:
         await deletion.stop_pods()
     except PodsLeft as e:
-        raise kopf.TemporaryError(f"{e}; the data is deleted once none is left", delay=3) from e
+        raise kopf.TemporaryError(
+            f"{e}; the data is deleted once none is left", delay=POLL_PODS_S
+        ) from e
     except KubeError as e:
         raise kopf.TemporaryError(f"scaling down: {e}", delay=10) from e
     stores = Stores()

@@ -6,7 +6,8 @@ it returns; each step is safe to repeat:
    scales it back up: the observer skips a WeaselDB with a deletion timestamp, and kopf
    calls no create/update/resume handler for one.
 2. Wait (`PodsLeft`, the handler retries) until no pod of the database exists: ring pods
-   and compaction driver/executors. Nothing is deleted while a pod can still write.
+   and compaction driver/executors (finished ones aside). Nothing is deleted while a pod
+   can still write.
 3. Fence: claim the next term as the operator, a deletion claim (weaseldb.core.claims). A
    leader Kubernetes lost sight of (a pod on a partitioned node, force-deleted) stops at
    its next term watch; no persister claims a term after it.
@@ -37,6 +38,8 @@ log = logging.getLogger("weaseldb.operator.deletion")
 SETTLE_S = 5.0
 #: How often the delete handler looks again while pods of the database exist.
 POLL_PODS_S = 3
+#: Pod phases in which no container runs again.
+FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 class PodsLeft(Exception):
@@ -127,8 +130,17 @@ class Deletion:
             await self._kube.delete(f"{path}/{app['metadata']['name']}")
 
     async def _pods(self) -> list[str]:
+        """Pods of the database that may still run a container: a finished compaction
+        driver (phase Succeeded or Failed) writes nothing and may stay until its
+        SparkApplication's TTL."""
         db = self._db
         path = path_for("v1", "Pod", db.namespace)
         ring = await self._kube.list(path, selector_labels(db))
         spark = await self._kube.list(path, {compaction.DATABASE_LABEL: db.name})
-        return sorted({p["metadata"]["name"] for p in [*ring, *spark]})
+        return sorted(
+            {
+                p["metadata"]["name"]
+                for p in [*ring, *spark]
+                if (p.get("status") or {}).get("phase") not in FINISHED
+            }
+        )

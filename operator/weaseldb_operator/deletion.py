@@ -95,10 +95,15 @@ class Deletion:
         return deleted
 
     async def phase(self, text: str) -> None:
-        """status.phase, for `kubectl get -o wide` and describe."""
+        """status.phase (`kubectl describe`). Best effort: progress that cannot be shown
+        is no reason to stop deleting."""
         meta = self._body["metadata"]
         path = path_for(API_VERSION, KIND, meta["namespace"], meta["name"])
-        await self._kube.patch_status(path, lambda _: {"phase": text})
+        try:
+            await self._kube.patch_status(path, lambda _: {"phase": text})
+        except KubeError as e:
+            log.warning("%s/%s: status.phase %r not written: %s", meta["namespace"],
+                        meta["name"], text, e)  # fmt: skip
 
     async def event(self, reason: str, message: str) -> None:
         await self._kube.event(self._body, reason, message)

@@ -92,7 +92,7 @@ async def fence(store: BlobStore, leader_id: str, now_ms: int) -> claims.TermCla
     while True:
         newest = await recovery.newest_claim(store)
         if newest is not None:
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFound, ValueError):  # gone, or not ours anyway
                 held = await claims.read(store, newest)
                 if held.deletion and held.leader_id == leader_id:
                     return held

@@ -4,7 +4,8 @@ table (conditions.py) and the leadership loop (observer.py).
 - create / update / resume: apply every child with server-side apply, drop the PDB when
   there is a single replica, record observedGeneration and conditions.
 - delete: only resources with `deletionPolicy: Delete` get a finalizer (and so this
-  handler); it empties the prefix. Children go with Kubernetes' garbage collector
+  handler); it scales the database to zero, waits for its pods to be gone, fences and
+  empties the prefix (deletion.py). Children go with Kubernetes' garbage collector
   (owner references), so a Retain database never waits for the operator.
 """
 
@@ -21,6 +22,7 @@ from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
 from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type, paused_condition
+from weaseldb_operator.deletion import POLL_PODS_S, Deletion, PodsLeft
 from weaseldb_operator.door import Operator, secured
 from weaseldb_operator.edits import (
     conflict_message,
@@ -40,7 +42,7 @@ from weaseldb_operator.spec import (
     SpecError,
     database_from,
 )
-from weaseldb_operator.storage import Stores, purge
+from weaseldb_operator.storage import Stores
 
 VERSION = API_VERSION.split("/")[1]
 #: The only finalizer the operator sets, and only with `deletionPolicy: Delete`.
@@ -242,6 +244,8 @@ def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL, when=_deletes_data, timeout=PURGE_TIMEOUT_S)
 async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Scale to zero, wait until no pod is left, fence, purge (deletion.py); called again
+    after each TemporaryError until it returns."""
     try:
         db = database_from(dict(body))
     except SpecError as e:
@@ -249,11 +253,23 @@ async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_
         return
     if await _shares_storage(memo.kube, body, memo.get("namespace")):
         return
-    stores = Stores()
+    deletion = Deletion(memo.kube, db, dict(body))
     try:
-        count = await purge(stores.get(db.storage))
-    except (StoreError, OSError) as e:
-        raise kopf.TemporaryError(f"deleting {db.storage.url}: {e}", delay=15) from e
+        await deletion.stop_pods()
+    except PodsLeft as e:
+        raise kopf.TemporaryError(
+            f"{e}; the data is deleted once none is left", delay=POLL_PODS_S
+        ) from e
+    except KubeError as e:
+        raise kopf.TemporaryError(f"scaling down: {e}", delay=10) from e
+    stores = Stores()
+    url = db.storage.url.split("?")[0]
+    try:
+        count = await deletion.purge(stores.get(db.storage))
+    except (StoreError, OSError, ValueError) as e:
+        raise kopf.TemporaryError(f"deleting {url}: {e}", delay=15) from e
     finally:
         await stores.close()
-    logger.info("deleted %d objects under %s", count, db.storage.url.split("?")[0])
+    await deletion.phase(f"Purged: {count} objects deleted")
+    await deletion.event("Purged", f"deleted {count} objects under {url}")
+    logger.info("deleted %d objects under %s", count, url)

@@ -8,10 +8,12 @@ explicit credentials yet, so `spec.storage.credentialsSecret` reaches the pods o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 
 import orjson
 
-from weaseldb.core import layout, manifest, recovery
+from weaseldb.core import claims, layout, manifest, recovery
 from weaseldb.core.errors import NotFound
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import Term
@@ -69,16 +71,65 @@ async def lease_of(store: BlobStore, claim: Claim) -> bytes | None:
 async def purge(store: BlobStore, *, parallel: int = 16) -> int:
     """Delete every object under the prefix; returns how many."""
     deleted = 0
+    while keys := await store.list("", limit=1000):
+        await _delete_all(store, keys, parallel)
+        deleted += len(keys)
+    return deleted
+
+
+async def _delete_all(store: BlobStore, keys: list[str], parallel: int) -> None:
     limit = asyncio.Semaphore(parallel)
 
     async def delete(key: str) -> None:
         async with limit:
             await store.delete(key)
 
-    while keys := await store.list("", limit=1000):
-        await asyncio.gather(*(delete(k) for k in keys))
-        deleted += len(keys)
-    return deleted
+    await asyncio.gather(*(delete(k) for k in keys))
+
+
+async def count_objects(store: BlobStore) -> int:
+    """Objects under the prefix: one LIST per 1000."""
+    count, after = 0, ""
+    while keys := await store.list("", start_after=after, limit=1000):
+        count, after = count + len(keys), keys[-1]
+    return count
+
+
+async def fence(store: BlobStore, leader_id: str, now_ms: int) -> claims.TermClaim:
+    """Hold a deletion claim: the newest claim, if it is already ours (a retried
+    deletion), else the term after the newest, claimed create-only like a persister would.
+    A candidate that wins the race for that term is deposed by the next one we claim."""
+    while True:
+        newest = await recovery.newest_claim(store)
+        if newest is not None:
+            with contextlib.suppress(NotFound, ValueError):  # gone, or not ours anyway
+                held = await claims.read(store, newest)
+                if held.deletion and held.leader_id == leader_id:
+                    return held
+        mine = claims.TermClaim(claims.next_term(newest), leader_id, "", now_ms, deletion=True)
+        if await claims.write(store, mine):
+            return mine
+
+
+async def sweep(
+    store: BlobStore,
+    on_progress: Callable[[int], Awaitable[None]],
+    *,
+    parallel: int = 16,
+) -> int:
+    """Delete every object under the prefix except the term claims, until one whole
+    listing finds nothing else; `on_progress(deleted so far)` after each page."""
+    deleted = 0
+    while True:
+        found, after = 0, ""
+        while keys := await store.list("", start_after=after, limit=1000):
+            doomed = [k for k in keys if not k.startswith(layout.TERMS)]
+            await _delete_all(store, doomed, parallel)
+            found, deleted, after = found + len(doomed), deleted + len(doomed), keys[-1]
+            if doomed:
+                await on_progress(deleted)
+        if not found:
+            return deleted
 
 
 async def snapshot_lag(store: BlobStore, enough: int) -> tuple[int | None, int]:

@@ -40,6 +40,7 @@ from services.persister.outgoing import Outgoing
 from services.persister.termstate import Signal, TermState
 from services.persister.watch import watch_terms
 from weaseldb.core import channels, requestids
+from weaseldb.core.claims import DatabaseDeleted
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import Config
 from weaseldb.core.errors import NotLeader, StoreFull
@@ -129,6 +130,21 @@ class TermLeader:
         """Claim, recover and open a term, index the last leader's tail and load the
         idempotency window. `renewing`: this process led the term before and drained it."""
         leader_id = new_leader_id(self._config.pod_name)
+        try:
+            return await self._claim_and_open(renewing, leader_id)
+        except DatabaseDeleted as e:
+            await self._stand_by_for_good(str(e))
+            return None
+
+    async def _stand_by_for_good(self, why: str) -> None:
+        """The operator is deleting the database: claim nothing, ever (a purge deletes the
+        claims last, so a later look could find none and claim the first term again), and
+        do not exit either, so no restart looks again. Not Ready until stopped."""
+        log.error("the database is being deleted (%s): not claiming; standby until stopped", why)
+        self._state.standby(f"the database is being deleted: {why}")
+        await self._state.first_of(Signal.STOP, Signal.SHUTDOWN)
+
+    async def _claim_and_open(self, renewing: bool, leader_id: str) -> OpenedTerm | None:
         observed: Holder | None
         previous = self._state.term
         if renewing and previous is not None:

@@ -1,7 +1,8 @@
 """Claiming a term and opening it (storage.md, "Terms and fencing").
 
 1. `claim`: LIST one key of `terms/` for the newest term T, create `terms/{T-1}`
-   create-only. Losing that race makes this process a standby (`LostClaim`).
+   create-only. Losing that race makes this process a standby (`LostClaim`). No term
+   follows the operator's deletion claim (`weaseldb.core.claims.DatabaseDeleted`).
 2. `open_term`: after recovery, write the empty opening batch at the first gap. A number
    already taken by an older term is skipped; that batch is still valid and raises the
    starting version. A newer term there means this leader was deposed before it began.
@@ -15,15 +16,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import orjson
-
-from weaseldb.core import batchfile, layout, recovery
+from weaseldb.core import batchfile, claims, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.clock import now_ms
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.errors import AlreadyExists, Deposed, NotLeader
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP, BatchNumber, Term, Version
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.retries import with_retries
 
 #: Fence batches written at once when a term opens.
@@ -59,17 +58,16 @@ class Holder:
 
 
 async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Holder:
-    """The newest term claim and the pod it names."""
+    """The newest term claim and the pod it names; `DatabaseDeleted` when it is the
+    operator's deletion claim (or vanished under its purge)."""
     newest = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     if newest is None:
         return Holder(None, None)
-    return Holder(newest, str((await _read_claim(store, newest, config)).get("pod", "")))
+    return Holder(newest, (await _to_follow(store, newest, config)).pod)
 
 
-async def _read_claim(store: BlobStore, term: Term, config: PersisterConfig) -> dict[str, object]:
-    body = await with_retries(lambda: store.get(layout.term_key(term)), config, "read claim")
-    document: dict[str, object] = orjson.loads(body)
-    return document
+async def _to_follow(store: BlobStore, prior: Term, config: PersisterConfig) -> claims.TermClaim:
+    return await with_retries(lambda: claims.to_follow(store, prior), config, "read the claim")
 
 
 async def claim(
@@ -85,20 +83,16 @@ async def claim(
     candidate loses instead of deposing a leader that started a moment earlier."""
     if observed is None:
         prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
+        if prior is not None:
+            # No term after the operator's deletion claim (one GET; claims are rare).
+            await _to_follow(store, prior, config)
     else:
-        prior = observed.term
-    term = Term(NUMBER_TOP if prior is None else prior - 1)
-    body = orjson.dumps(
-        {"term": term, "leader_id": leader_id, "pod": pod_name, "started_at_ms": now_ms()}
-    )
-    try:
-        await with_retries(
-            lambda: store.put_if_absent(layout.term_key(term), body), config, "claim term"
-        )
-    except AlreadyExists:
-        # A retried PUT whose first attempt landed (its answer lost) finds our own claim.
-        if (await _read_claim(store, term, config)).get("leader_id") != leader_id:
-            raise LostClaim(f"term {term} was claimed by another candidate") from None
+        prior = observed.term  # newest_claim_holder refused a deletion claim already
+    term = claims.next_term(prior)
+    mine = claims.TermClaim(term, leader_id, pod_name, now_ms())
+    # A retried PUT whose first attempt landed (its answer lost) finds our own claim.
+    if not await with_retries(lambda: claims.write(store, mine), config, "claim term"):
+        raise LostClaim(f"term {term} was claimed by another candidate")
     return Claim(term, prior, leader_id)
 
 

@@ -55,7 +55,10 @@ def test_operator_service_account_has_what_it_uses(
         ("create", "secrets"),  # each database's copy of the admin token
         ("patch", "secrets"),
         ("patch", "networkpolicies.networking.k8s.io"),
-        ("delete", "sparkapplications.sparkoperator.k8s.io"),  # a run past its deadline
+        (
+            "delete",
+            "sparkapplications.sparkoperator.k8s.io",
+        ),  # a run past its deadline; deletionPolicy Delete
     ]
     denied = [
         ("get", "secrets"),  # it reads no Secret through the API, its own is a file

@@ -99,6 +99,6 @@ def test_up_starts_one_gateway_worker_per_core_unless_told() -> None:
 
 
 def test_a_lease_timeout_within_two_renewals_is_refused_naming_the_fields() -> None:
-    with pytest.raises(ConfigError, match="lease_timeout_s .* lease_renew_s"):
+    with pytest.raises(ConfigError, match=r"lease_timeout_s .* lease_renew_s"):
         config.build({"persister": {"lease_renew_s": 1, "lease_timeout_s": 1.5}})
     assert config.build({"persister": {"lease_timeout_s": 0}}).persister.lease_timeout_s == 0

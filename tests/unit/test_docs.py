@@ -441,12 +441,17 @@ def test_operator_numbers() -> None:
 
     assert constant("observer", "INTERVAL_S") == 1.0
     ports = config.Ports()
+    settle = constant("deletion", "SETTLE_S")
+    grace = 2 * config.PersisterConfig().term_watch_interval_s + settle
     stated(
         "docs/operator.md",
         "Every second the observer",
         f"at most one promotion every {constant('observer', 'PROMOTION_PATIENCE_S'):g} s",
         f"at most every {constant('compactor', 'LAG_INTERVAL_S'):g} s",
         f"gives up after {constant('handlers', 'PURGE_TIMEOUT_S') // 60} minutes",
+        f"every {constant('deletion', 'POLL_PODS_S')} s. Pods drain",
+        f"twice the term watch interval plus {settle:g} s has passed",
+        f"since the fence ({grace:g} s by default)",
         f"runs as uid {constant('resources', 'USER_ID')}",
         f"`pyspark=={constant('compaction', 'SPARK_VERSION')}`",
         f"{ports.gateway} gateway, {ports.sequencer} sequencer, {ports.resolver} resolver, "

@@ -39,7 +39,13 @@ from weaseldb_operator.resources import (
     statefulset_replicas,
 )
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
-from weaseldb_operator.storage import Stores, UnreadableClaim, lease_of, newest_claim
+from weaseldb_operator.storage import (
+    Stores,
+    UnreadableClaim,
+    hold_failover,
+    lease_of,
+    newest_claim,
+)
 
 log = logging.getLogger("weaseldb.operator.observer")
 OBSERVE_ERRORS = Counter(
@@ -118,6 +124,7 @@ class Observer:
         self._promoted: dict[tuple[str, str], float] = {}  # (db uid, claim key) -> when
         self._last_valid: dict[str, Database] = {}
         self._leases: dict[str, LeaseWatch] = {}  # db uid -> its leader's lease, as seen
+        self._holding: dict[str, bool] = {}  # db uid -> failover-hold written as
         self._compaction = CompactionLoop(kube, self._stores)
 
     async def run(self) -> None:
@@ -167,6 +174,7 @@ class Observer:
             updates = [*_unreachable(db, e), *compaction_conditions]
             await self._write_status(db, body, None, updates, None, compaction_status)
             return
+        await self._hold_failover(db)
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
         views = await self._views(pods)
         decision = self._decide(db, claim, views, await self._lease_expired(db, claim))
@@ -245,6 +253,13 @@ class Observer:
         meta = body["metadata"]
         path = path_for(API_VERSION, KIND, meta["namespace"], meta["name"])
         await self._kube.patch_status(path, changed, body)
+
+    async def _hold_failover(self, db: Database) -> None:
+        """The store's `failover-hold` follows spec.paused (written when it changes, and
+        removed once after the operator starts)."""
+        if self._holding.get(db.uid) is not db.paused:
+            await hold_failover(self._stores.get(db.storage), db.paused)
+            self._holding[db.uid] = db.paused
 
     async def _lease_expired(self, db: Database, claim: Claim | None) -> bool:
         """Whether the claim's leader stopped renewing the lease it renewed before (its

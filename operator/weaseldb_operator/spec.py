@@ -188,6 +188,15 @@ class Database:
         }
 
 
+#: Seconds a standby waits beyond leaderFailoverSeconds before it claims without the
+#: operator (the operator down, or partitioned from the leader's pod only).
+LEASE_GRACE_S = 5
+
+
+def lease_timeout_for(spec: dict[str, Any]) -> float:
+    return float(int(spec.get("leaderFailoverSeconds", 2)) + LEASE_GRACE_S)
+
+
 def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
     """The configuration every container reads (`weaseldb service NAME --config FILE`)."""
     data: dict[str, Any] = {
@@ -195,8 +204,13 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
         "run_dir": RUN_DIR,
         "host": "0.0.0.0",
         # Several pods per database: only the pod named by the newest claim (or the first
-        # pod ever) claims at start; the others wait as standbys until promoted.
-        "persister": {"claim_on_start": "unclaimed_or_own"},
+        # pod ever) claims at start; the others wait as standbys until promoted. A standby
+        # claims on its own only once the operator has had its chance to (leadership.py):
+        # the operator's promotion comes first, and respects spec.paused.
+        "persister": {
+            "claim_on_start": "unclaimed_or_own",
+            "lease_timeout_s": lease_timeout_for(spec),
+        },
     }
     for section, (target, fields) in _SECTIONS.items():
         values = spec.get(section) or {}

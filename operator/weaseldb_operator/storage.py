@@ -68,6 +68,16 @@ async def lease_of(store: BlobStore, claim: Claim) -> bytes | None:
         return None
 
 
+async def hold_failover(store: BlobStore, held: bool) -> None:
+    """Put or remove `failover-hold`: while it exists, standbys whose lease watch times out
+    do not claim (spec.paused must stop every failover, not only the operator's)."""
+    if held:
+        await store.put(layout.FAILOVER_HOLD, b'{"by": "weaseldb-operator", "why": "spec.paused"}')
+        return
+    with contextlib.suppress(NotFound):  # a store may answer 404 for a missing key
+        await store.delete(layout.FAILOVER_HOLD)
+
+
 async def purge(store: BlobStore, *, parallel: int = 16) -> int:
     """Delete every object under the prefix; returns how many."""
     deleted = 0

@@ -97,13 +97,18 @@ async def lease_expired(config: Config, store: BlobStore) -> str:
     persister = config.persister
     if persister.lease_timeout_s == 0 or not uses_lease(config):
         await asyncio.Event().wait()
-    watch = LeaseWatch(persister.lease_timeout_s)
+    watch, told = LeaseWatch(persister.lease_timeout_s), False
     while True:
         try:
             holder = await newest_claim_holder(store, persister)
             if holder.term is not None:
                 lease = await _read(store, holder.term)
-                if watch.observe(holder.term, lease, time.monotonic()):
+                expired = watch.observe(holder.term, lease, time.monotonic())
+                held = expired and await _held(store)
+                if held and not told:
+                    log.warning("the leader's lease expired, but failover is held (paused)")
+                told = held
+                if expired and not held:
                     silent = watch.silent_for(time.monotonic())
                     return (
                         f"the lease of term {holder.term} (pod {holder.pod}) was not renewed "
@@ -112,6 +117,16 @@ async def lease_expired(config: Config, store: BlobStore) -> str:
         except (StoreError, OSError) as e:
             log.warning("cannot read the leader's lease: %s", e)
         await asyncio.sleep(persister.lease_renew_s)
+
+
+async def _held(store: BlobStore) -> bool:
+    """Whether the operator holds failover (spec.paused): then only POST /promote, which
+    a paused operator does not send, promotes this standby."""
+    try:
+        await store.get(layout.FAILOVER_HOLD)
+    except NotFound:
+        return False
+    return True
 
 
 async def _read(store: BlobStore, term: Term) -> bytes | None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from weaseldb_operator.spec import lease_timeout_for
 
 from tests.operator.helpers import weaseldb
 from tests.operator.pods import Pods
@@ -88,6 +89,13 @@ def pods(
     control_plane.apply(weaseldb("ledger", namespace, spec))
     token_file = tmp_path / "admin-token"
     token_file.write_text(ADMIN_TOKEN + "\n")
-    started = Pods(control_plane, minio, namespace, minio.store_url(bucket, "db"), token_file)
+    started = Pods(
+        control_plane,
+        minio,
+        namespace,
+        minio.store_url(bucket, "db"),
+        token_file,
+        lease_timeout_for(spec),
+    )
     yield started
     started.stop()

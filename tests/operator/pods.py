@@ -87,10 +87,19 @@ class Pods:
     `token_file` (the operator's, tests/operator/conftest.py) unless given another."""
 
     def __init__(
-        self, plane: ControlPlane, minio: MinioServer, namespace: str, store: str, token_file: Path
+        self,
+        plane: ControlPlane,
+        minio: MinioServer,
+        namespace: str,
+        store: str,
+        token_file: Path,
+        lease_timeout_s: float = 10.0,
     ):
         self.plane, self.minio, self.namespace, self.store = plane, minio, namespace, store
         self.token_file = token_file
+        # What the operator renders for the database (spec.lease_timeout_for): a standby
+        # claims on its own only after the operator had its chance.
+        self.lease_timeout_s = lease_timeout_s
         self.sets: dict[str, ProcessSet] = {}
         self.kubelet = Kubelet(plane, namespace)
 
@@ -124,6 +133,7 @@ class Pods:
         config.write_text(
             f'pod_name = "{name}"\nadmin_token_file = "{token}"\n\n'
             f'[persister]\nclaim_on_start = "{claim}"\n'
+            f"lease_timeout_s = {self.lease_timeout_s}\n"
         )
         self.plane.apply(pod_manifest(name, self.namespace, port, node))
         process_set = ProcessSet(self.store, port, run_dir, ["--config", str(config)])

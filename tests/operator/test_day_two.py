@@ -128,7 +128,10 @@ def test_paused_holds_failover_until_resumed(
         return body if "spec.paused: no failover" in message else None
 
     control_plane.wait_for(held, timeout=30, what="a due failover held by spec.paused")
+    # Past the standby's own lease timeout too: the store's failover-hold stops it.
+    time.sleep(pods.lease_timeout_s)
     assert leader_of(control_plane, namespace)["pod"] == "ledger-0"
+    assert "failover is held (paused)" in pods.sets["ledger-1"].log()
     patch_spec(control_plane, namespace, {"paused": False})
     assert leads_ready(control_plane, namespace, "ledger-1")["status"]["leader"]["term"] == 2
 

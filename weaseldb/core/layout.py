@@ -19,6 +19,9 @@ REQUEST_IDS = "requestids/"
 LOG_START = "logstart/"
 #: The leader's lease, one mutable object per term (see `lease_key`).
 LEASES = "leases/"
+#: Present while the operator holds failover (spec.paused): standbys whose lease watch
+#: times out do not claim (weaseldb.core.lease).
+FAILOVER_HOLD = "failover-hold"
 MANIFEST_SUFFIX = ".manifest"
 
 

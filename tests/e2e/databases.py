@@ -135,10 +135,14 @@ def answers(url: str) -> bool:
         return False
 
 
-def start_database(cluster: KindCluster, image: str, namespace: str, name: str, **spec: Any) -> str:
-    """A WeaselDB reached through its gateway Service's published NodePort; the URL."""
+def start_database(
+    cluster: KindCluster, image: str, namespace: str, name: str, prefix: str = "", **spec: Any
+) -> str:
+    """A WeaselDB reached through its gateway Service's published NodePort; the URL. Its
+    prefix is `e2e/NAMESPACE` unless given."""
     spec = {"gateway": {"serviceType": "NodePort", "workers": 1}, **spec}
-    cluster.apply(example_database(name, f"e2e/{namespace}", image, **spec), namespace)
+    prefix = prefix or f"e2e/{namespace}"
+    cluster.apply(example_database(name, prefix, image, **spec), namespace)
     wait_serving(cluster, namespace, name, replicas=spec["replicas"])
     url = expose_gateway(cluster, namespace, name)
     cluster.wait_for(lambda: answers(url), 60, f"the gateway at {url}", namespace)

@@ -12,9 +12,9 @@ candidates race, S3's create-only PUT picks one, as it does for pods that start 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from weaseldb.core.channels import Role
+from weaseldb.core.claims import TermClaim
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.resources import LEADER, STANDBY
@@ -36,14 +36,10 @@ class Claim:
         return NUMBER_TOP - self.term_number + 1
 
     @classmethod
-    def parse(cls, key: str, document: dict[str, Any]) -> Claim:
-        return cls(
-            key=key,
-            term_number=int(document["term"]),
-            leader_id=str(document.get("leader_id", "")),
-            pod=str(document.get("pod", "")),
-            started_at_ms=int(document.get("started_at_ms", 0)),
-        )
+    def of(cls, key: str, claim: TermClaim) -> Claim:
+        """The operator's view of a claim object, decoded by the core (weaseldb.core.claims,
+        the one reader and writer of the format)."""
+        return cls(key, claim.term, claim.leader_id, claim.pod, claim.started_at_ms)
 
 
 #: The persister answers that mean "this process set holds (or is opening) its term": a

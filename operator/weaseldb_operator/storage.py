@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import orjson
-
 from weaseldb.core import claims, layout, manifest, recovery
 from weaseldb.core.errors import NotFound
 from weaseldb.core.store import BlobStore
@@ -54,9 +52,9 @@ async def newest_claim(store: BlobStore) -> Claim | None:
     except NotFound:
         return None  # deleted between LIST and GET (a purge); nobody leads
     try:
-        return Claim.parse(key, orjson.loads(body))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UnreadableClaim(f"{key}: {type(e).__name__}: {e}") from e
+        return Claim.of(key, claims.TermClaim.decode(body))
+    except ValueError as e:
+        raise UnreadableClaim(f"{key}: {e}") from e
 
 
 async def lease_of(store: BlobStore, claim: Claim) -> bytes | None:

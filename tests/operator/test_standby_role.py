@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from weaseldb_operator.observer import PROBE_TIMEOUT, persister_role
+from weaseldb_operator.pods import PROBE_TIMEOUT, persister_role
 
 from weaseldb.core.channels import Role
 from weaseldb.core.types import Stage

@@ -446,7 +446,7 @@ def test_operator_numbers() -> None:
     stated(
         "docs/operator.md",
         "Every second the observer",
-        f"at most one promotion every {constant('observer', 'PROMOTION_PATIENCE_S'):g} s",
+        f"at most one promotion every {constant('actions', 'PROMOTION_PATIENCE_S'):g} s",
         f"at most every {constant('compactor', 'LAG_INTERVAL_S'):g} s",
         f"gives up after {constant('handlers', 'PURGE_TIMEOUT_S') // 60} minutes",
         f"every {constant('deletion', 'POLL_PODS_S')} s. Pods drain",

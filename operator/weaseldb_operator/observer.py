@@ -5,7 +5,7 @@ one roll step, events, status).
 It is a plain asyncio task started with the operator, not a kopf timer: kopf puts a
 finalizer on every resource that has a timer or daemon, and a finalizer on every
 database would block each deletion while the operator is down (docs/operator.md).
-The parts it wires together: pods.py reads the pods, specs.py keeps the spec to lead
+The parts it wires together: pods.py reads the pods, lastvalid.py keeps the spec to lead
 with, actions.py acts on the decision.
 """
 
@@ -29,11 +29,11 @@ from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.edits import refused_by
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.lastvalid import LastValidSpecs
 from weaseldb_operator.leadership import Claim, Decision, PodView, Timing, decide, down_since
 from weaseldb_operator.pods import PROBE_TIMEOUT, PodReader, stage_url
 from weaseldb_operator.resources import selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database
-from weaseldb_operator.specs import Specs
 from weaseldb_operator.storage import (
     Stores,
     UnreadableClaim,
@@ -67,7 +67,7 @@ class Observer:
         self._stores = Stores()
         self._http = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
         self._pods = PodReader(kube, self._http)
-        self._specs = Specs(kube)
+        self._specs = LastValidSpecs(kube)
         self._actions = Actions(kube, self._http, admin_headers or {})  # for POST /promote
         self._down_since: dict[tuple[str, str], float] = {}
         self._leases: dict[str, LeaseWatch] = {}  # db uid -> its leader's lease, as seen

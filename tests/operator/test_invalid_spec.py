@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from weaseldb_operator.kube import Kube
-from weaseldb_operator.specs import Specs
+from weaseldb_operator.lastvalid import LastValidSpecs
 
 from tests.operator.helpers import condition, weaseldb
 from tests.operator.pods import Pods, failover_due, leads_ready, roles, set_ready
@@ -66,7 +66,7 @@ def test_an_invalid_spec_keeps_labels_and_failover_running(
 async def _lead_from_scratch(body: dict[str, Any]) -> int | None:
     kube = await Kube.from_environment()
     try:
-        db = await Specs(kube).database_for(body)
+        db = await LastValidSpecs(kube).database_for(body)
         return db.generation if db else None
     finally:
         await kube.close()

@@ -20,7 +20,7 @@ from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, datab
 log = logging.getLogger("weaseldb.operator.observer")
 
 
-class Specs:
+class LastValidSpecs:
     """The last valid spec of each database, by uid."""
 
     def __init__(self, kube: Kube) -> None:

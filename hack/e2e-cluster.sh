@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A one-node kind cluster for the end-to-end tier (tests/e2e), on a machine with Docker or
-# on one without a registry (the private route, docs/tools.md "kind"):
+# A two-node kind cluster (control plane + one worker, both schedulable) for the end-to-end
+# tier (tests/e2e), on a machine with Docker or on one without a registry (the private
+# route, docs/tools.md "kind"):
 #
 #   hack/e2e-cluster.sh up              # idempotent; the last line is KUBECONFIG=<path>
 #   hack/e2e-cluster.sh images [NAME..] # build + load project images; prints NAME=TAG
@@ -32,7 +33,14 @@ E2E="${WEASELDB_E2E_DIR:-$CACHE/e2e}"
 RUN="${WEASELDB_E2E_RUN:-/run/weaseldb-e2e}" # short: unix socket paths live here
 LEDGER="$E2E/host-changes"
 CLUSTER="${WEASELDB_E2E_CLUSTER:-weaseldb-e2e}"
-NODE="$CLUSTER-control-plane"
+NODE="$CLUSTER-control-plane" # publishes the NodePorts below
+WORKER="$CLUSTER-worker"
+NODES=("$NODE" "$WORKER") # kind names each node's container after the node
+# kind's default pod subnet, spelled out: the pod network below routes and masquerades by it.
+POD_SUBNET=10.244.0.0/16
+# Set on every node at registration (local node source): nothing is scheduled on a node
+# before ensure_pod_network has given it its own pod range and routes.
+NETWORK_TAINT=weaseldb.io/pod-network-unready
 NETWORK="$CLUSTER" # the docker network kind puts the node on (ours alone)
 KUBECONFIG_PATH="$E2E/kubeconfig"
 # NodePorts kind publishes on 127.0.0.1 (host port picked at creation; `env` shows them):
@@ -73,16 +81,19 @@ node_source() {
 # --- the cluster ---------------------------------------------------------------------
 
 kind_config() { # the node image ("" = kind's default)
+  local local_cni=0
+  [[ $(node_source) == local ]] && local_cni=1
   cat <<EOF
 # Written by hack/e2e-cluster.sh.
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
   apiServerAddress: 127.0.0.1
+  podSubnet: $POD_SUBNET
 EOF
-  # The locally assembled node has no kindnetd (not on the module proxy); its baked-in
-  # bridge conflist is the pod network.
-  [[ $(node_source) == local ]] && echo "  disableDefaultCNI: true"
+  # The locally assembled node has no kindnetd (not on the module proxy); ensure_pod_network
+  # does its part: a bridge conflist per node and routes between the nodes.
+  ((local_cni)) && echo "  disableDefaultCNI: true"
   echo "nodes:"
   echo "  - role: control-plane"
   [[ -n $1 ]] && echo "    image: $1"
@@ -91,6 +102,13 @@ EOF
   for port in "${NODE_PORTS[@]}"; do
     echo "      - {containerPort: $port, hostPort: 0, listenAddress: 127.0.0.1}"
   done
+  # Registration taints replace kubeadm's default control-plane NoSchedule, so the control
+  # plane takes pods too. Locally, the network taint holds pods off a node until it has
+  # its own pod range (NETWORK_TAINT).
+  node_registration InitConfiguration "$local_cni"
+  echo "  - role: worker"
+  [[ -n $1 ]] && echo "    image: $1"
+  node_registration JoinConfiguration "$local_cni"
   # kubelet >= 1.35 refuses cgroup v1 unless told otherwise; these machines have v1.
   cat <<EOF
 kubeadmConfigPatches:
@@ -99,14 +117,92 @@ kubeadmConfigPatches:
     failCgroupV1: false
 EOF
   # The assembled node's containerd uses cgroupfs (hack/e2e/node-rootfs.sh says why).
-  [[ $(node_source) == local ]] && echo "    cgroupDriver: cgroupfs"
+  ((local_cni)) && echo "    cgroupDriver: cgroupfs"
   return 0
 }
 
+node_registration() { # KUBEADM_KIND NETWORK_TAINT(0|1): one node's kubeadmConfigPatches
+  cat <<EOF
+    kubeadmConfigPatches:
+      - |
+        kind: $1
+        nodeRegistration:
+EOF
+  if (($2)); then
+    echo "          taints: [{key: $NETWORK_TAINT, effect: NoSchedule}]"
+  else
+    echo "          taints: []"
+  fi
+}
+
 cluster_healthy() {
-  [[ "$(docker inspect -f '{{.State.Running}}' "$NODE" 2>/dev/null)" == true ]] &&
-    [[ -f $KUBECONFIG_PATH ]] &&
-    timeout 20 kubectl --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz >/dev/null 2>&1
+  local node
+  for node in "${NODES[@]}"; do
+    [[ "$(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null)" == true ]] || return 1
+  done
+  [[ -f $KUBECONFIG_PATH ]] &&
+    timeout 20 kubectl --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz >/dev/null 2>&1 &&
+    # A cluster made before it had a worker (or one that lost a node) is recreated.
+    [[ "$(kctl get nodes -o name 2>/dev/null | wc -l)" == "${#NODES[@]}" ]]
+}
+
+kctl() { timeout 60 kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# --- the pod network without kindnetd (local node source) ------------------------------
+
+# What kindnetd would do, once per `up` (every step is idempotent): each node gets the
+# baked bridge conflist with the pod range the controller-manager gave it (host-local
+# hands out addresses from it), a route to every other node's range via that node's IP
+# (the nodes share one docker bridge), and a masquerade for traffic leaving the pod
+# subnet (the bridge plugin's own ipMasq would also rewrite pod-to-pod traffic between
+# nodes). Then the network taint comes off and pods are scheduled.
+ensure_pod_network() {
+  local lines=() line name cidr ip node other
+  mapfile -t lines < <(kctl get nodes -o \
+    jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+  ((${#lines[@]} == ${#NODES[@]})) || die "expected ${#NODES[@]} nodes, the API server lists: ${lines[*]}"
+  for line in "${lines[@]}"; do
+    read -r name cidr ip <<<"$line"
+    [[ -n $cidr && -n $ip ]] || die "node $name has no pod range or address yet ($line)"
+    node_conflist "$cidr" | docker exec -i "$name" sh -c 'f=/etc/cni/net.d/10-weaseldb-bridge.conflist
+      cat >"$f.new" && if cmp -s "$f.new" "$f"; then rm "$f.new"; else mv "$f.new" "$f"; fi' ||
+      die "writing the CNI config of $name failed"
+    docker exec "$name" sh -c "iptables -t nat -C POSTROUTING -s $cidr ! -d $POD_SUBNET -j MASQUERADE 2>/dev/null ||
+      iptables -t nat -A POSTROUTING -s $cidr ! -d $POD_SUBNET -j MASQUERADE" ||
+      die "adding the pod masquerade on $name failed"
+    for other in "${lines[@]}"; do
+      [[ $other == "$line" ]] && continue
+      read -r node cidr ip <<<"$other"
+      docker exec "$name" ip route replace "$cidr" via "$ip" || die "routing $cidr via $node on $name failed"
+    done
+  done
+  if kctl get nodes -o jsonpath='{.items[*].spec.taints[*].key}' | grep -qw "$NETWORK_TAINT"; then
+    log "pod network set up on ${#lines[@]} nodes: scheduling on"
+    kctl taint nodes --all "$NETWORK_TAINT:NoSchedule-" >/dev/null
+  fi
+}
+
+# The baked conflist (hack/e2e/10-weaseldb-bridge.conflist) for one node's pod range.
+node_conflist() { # CIDR
+  python3 -c '
+import json, sys
+conf = json.load(open(sys.argv[1]))
+bridge = conf["plugins"][0]
+bridge["ipam"]["ranges"] = [[{"subnet": sys.argv[2]}]]
+bridge["ipMasq"] = False  # ensure_pod_network masquerades, sparing pod-to-pod traffic
+json.dump(conf, sys.stdout, indent=2)
+print()' "$HERE/e2e/10-weaseldb-bridge.conflist" "$1"
+}
+
+# Every node schedulable: a cluster whose control plane still has kubeadm's default taint
+# (made by an older config) gets it removed.
+ensure_schedulable() {
+  if kctl get node "$NODE" -o jsonpath='{.spec.taints[*].key}' | grep -qw node-role.kubernetes.io/control-plane; then
+    kctl taint nodes "$NODE" node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null
+  fi
+  [[ $(node_source) == local ]] && ensure_pod_network
+  log "waiting for ${#NODES[@]} Ready nodes"
+  kctl wait --for=condition=Ready nodes --all --timeout=120s >&2 || die "the nodes did not become Ready"
 }
 
 delete_cluster() { # NAME
@@ -118,14 +214,17 @@ delete_cluster() { # NAME
   rm -f "$KUBECONFIG_PATH"
 }
 
-# What the node shows when it did not come up, so a failed `up` explains itself.
+# What the nodes show when they did not come up, so a failed `up` explains itself.
 node_diagnostics() {
-  echo "--- docker logs $NODE (last 30 lines)" >&2
-  docker logs "$NODE" 2>&1 | tail -n 30 >&2 || true
-  echo "--- kubelet journal (last 40 lines)" >&2
-  docker exec "$NODE" journalctl -u kubelet --no-pager 2>/dev/null | tail -n 40 >&2 || true
-  echo "--- containers in the node" >&2
-  docker exec "$NODE" ctr -n k8s.io containers ls 2>/dev/null | tail -n 20 >&2 || true
+  local node
+  for node in "${NODES[@]}"; do
+    echo "--- docker logs $node (last 30 lines)" >&2
+    docker logs "$node" 2>&1 | tail -n 30 >&2 || true
+    echo "--- kubelet journal of $node (last 40 lines)" >&2
+    docker exec "$node" journalctl -u kubelet --no-pager 2>/dev/null | tail -n 40 >&2 || true
+    echo "--- containers in $node" >&2
+    docker exec "$node" ctr -n k8s.io containers ls 2>/dev/null | tail -n 20 >&2 || true
+  done
 }
 
 create_cluster() {
@@ -199,11 +298,12 @@ cmd_up() {
     log "kind cluster $CLUSTER is already up"
   else
     if docker inspect "$NODE" >/dev/null 2>&1; then
-      log "kind cluster $CLUSTER exists but does not answer: recreating it"
+      log "kind cluster $CLUSTER exists but does not answer or is not ${#NODES[@]} nodes: recreating it"
       delete_cluster "$CLUSTER"
     fi
     create_cluster
   fi
+  ensure_schedulable
   wait_for_addons
   log "up in $((SECONDS - START))s"
   cmd_env
@@ -215,6 +315,7 @@ cmd_env() {
   local port
   for port in "${NODE_PORTS[@]}"; do echo "NODE_PORT_$port=$(host_port "$port")"; done
   echo "NODE=$NODE"
+  echo "NODES=$(IFS=,; echo "${NODES[*]}")"
   echo "KUBECONFIG=$KUBECONFIG_PATH"
 }
 
@@ -242,24 +343,38 @@ cmd_images() {
   load_images "${tags[@]}"
 }
 
-# kind load, skipping images this node already has (same docker image id). kind's own
+# kind load, skipping images every node already has (same docker image id). kind's own
 # check needs crictl, which the module proxy does not have, so it would reload every time.
+# One `kind load` for the images missing anywhere, into the nodes missing any (one
+# `docker save` for both nodes in the usual case: a new image, or a new cluster).
 load_images() {
-  local node_id tag id stamp todo=()
-  node_id="$(docker inspect -f '{{.Id}}' "$NODE")"
-  mkdir -p "$E2E/loaded/$node_id"
-  find "$E2E/loaded" -mindepth 1 -maxdepth 1 ! -name "$node_id" -exec rm -rf {} +
-  for tag in "$@"; do
-    id="$(docker image inspect -f '{{.Id}}' "$tag")"
-    stamp="$E2E/loaded/$node_id/$(echo "$tag" | tr '/:' '__')"
-    [[ -f $stamp && "$(cat "$stamp")" == "$id" ]] || todo+=("$tag")
+  local node tag id stamp ids=() todo=() nodes=()
+  for node in "${NODES[@]}"; do ids+=("$(docker inspect -f '{{.Id}}' "$node")"); done
+  local dir i missing
+  for dir in "$E2E/loaded"/*; do # stamps of nodes that are gone
+    if [[ -d $dir && " ${ids[*]} " != *" ${dir##*/} "* ]]; then rm -rf "$dir"; fi
+  done
+  for i in "${!NODES[@]}"; do
+    mkdir -p "$E2E/loaded/${ids[$i]}"
+    missing=0
+    for tag in "$@"; do
+      id="$(docker image inspect -f '{{.Id}}' "$tag")"
+      stamp="$E2E/loaded/${ids[$i]}/$(echo "$tag" | tr '/:' '__')"
+      [[ -f $stamp && "$(cat "$stamp")" == "$id" ]] && continue
+      missing=1
+      [[ " ${todo[*]} " == *" $tag "* ]] || todo+=("$tag")
+    done
+    ((missing)) && nodes+=("${NODES[$i]}")
   done
   ((${#todo[@]})) || return 0
-  log "loading into $NODE: ${todo[*]}"
-  kind load docker-image --name "$CLUSTER" "${todo[@]}" >"$E2E/logs/kind-load.log" 2>&1 ||
-    { cat "$E2E/logs/kind-load.log" >&2; die "kind load failed"; }
-  for tag in "${todo[@]}"; do
-    docker image inspect -f '{{.Id}}' "$tag" >"$E2E/loaded/$node_id/$(echo "$tag" | tr '/:' '__')"
+  log "loading into ${nodes[*]}: ${todo[*]}"
+  kind load docker-image --name "$CLUSTER" --nodes "$(IFS=,; echo "${nodes[*]}")" "${todo[@]}" \
+    >"$E2E/logs/kind-load.log" 2>&1 || { cat "$E2E/logs/kind-load.log" >&2; die "kind load failed"; }
+  for i in "${!NODES[@]}"; do
+    [[ " ${nodes[*]} " == *" ${NODES[$i]} "* ]] || continue
+    for tag in "${todo[@]}"; do
+      docker image inspect -f '{{.Id}}' "$tag" >"$E2E/loaded/${ids[$i]}/$(echo "$tag" | tr '/:' '__')"
+    done
   done
 }
 

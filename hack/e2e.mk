@@ -4,7 +4,7 @@ E2E_CLUSTER := bash hack/e2e-cluster.sh
 
 .PHONY: e2e-cluster e2e-cluster-down e2e-images test-e2e
 
-## A one-node kind cluster (idempotent); the last line printed is KUBECONFIG=<path>.
+## A two-node kind cluster (idempotent); the last line printed is KUBECONFIG=<path>.
 e2e-cluster:
 	WEASELDB_TOOLS=$(TOOLS_BIN) $(E2E_CLUSTER) up
 

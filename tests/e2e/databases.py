@@ -18,8 +18,8 @@ OPERATOR_NAMESPACE = "weaseldb-system"
 ROLE = "weaseldb.io/role"
 
 
-# The example asks 650m CPU per pod; a one-node kind cluster on a 2-core CI machine has
-# about 1.1 CPU left after its control plane, so tests ask less (limits stay as they are).
+# The example asks 650m CPU per pod; the kind cluster's two nodes share one 2-core CI
+# machine with its control plane, so tests ask less (limits stay as they are).
 SMALL_REQUESTS = {
     "default": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
     "persister": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},

@@ -128,8 +128,14 @@ def wait_probed(cluster: KindCluster, namespace: str, pods: list[dict[str, Any]]
         for pod in pods
         for c in pod["spec"]["containers"]
     }
-    (node,) = {pod["spec"]["nodeName"] for pod in pods}
-    before = liveness_successes(cluster, namespace, node)
+    nodes = {pod["spec"]["nodeName"] for pod in pods}  # each kubelet counts its own pods
+
+    def successes() -> dict[str, float]:
+        return {
+            k: v for node in nodes for k, v in liveness_successes(cluster, namespace, node).items()
+        }
+
+    before = successes()
     slowest = max(
         c["livenessProbe"].get("periodSeconds", 10) * c["livenessProbe"].get("failureThreshold", 3)
         for pod in pods
@@ -137,7 +143,7 @@ def wait_probed(cluster: KindCluster, namespace: str, pods: list[dict[str, Any]]
     )
 
     def probed() -> bool:
-        now = liveness_successes(cluster, namespace, node)
+        now = successes()
         return all(now.get(k, 0) - before.get(k, 0) >= n for k, n in wanted.items())
 
     what = f"{len(wanted)} containers passing their liveness probe failureThreshold more times"

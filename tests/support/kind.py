@@ -87,7 +87,7 @@ class KindCluster:
     kubeconfig: Path
     docker_host: str | None
     node_ports: dict[int, int]  # NodePort in the cluster -> port on 127.0.0.1
-    node: str  # the node's docker container
+    node: str  # the control-plane node's docker container (it publishes the NodePorts)
 
     @classmethod
     def up(cls) -> KindCluster:
@@ -142,13 +142,13 @@ class KindCluster:
         return self.run("kubectl", *args, input=input, timeout=timeout)
 
     def kill_container(self, pod: dict[str, Any], container: str) -> str:
-        """SIGKILL one container of a pod from inside the node (`ctr task kill`), the way
+        """SIGKILL one container of a pod from inside its node (`ctr task kill`), the way
         an OOM kill or a crash ends it: kubelet restarts that container alone. Its
-        containerd id is returned."""
+        containerd id is returned. (kind names each node's docker container after the node.)"""
         (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
         container_id = status["containerID"].removeprefix("containerd://")
         self.run(
-            "docker", "exec", self.node,
+            "docker", "exec", pod["spec"]["nodeName"],
             "ctr", "-n", "k8s.io", "task", "kill", "--signal", "SIGKILL", container_id,
         )  # fmt: skip
         return str(container_id)

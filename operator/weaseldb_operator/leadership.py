@@ -199,7 +199,11 @@ def decide(
     if pod is not None and held and pod.ready:
         return _serving(claim, pods, pod, replicas, target_leader, paused=paused)
     if pod is not None and held:
-        waited = now - (pod.not_ready_since or now)
+        # From the later of the pod's last Ready change and the claim: a pod that was a
+        # not-Ready standby for minutes gets the whole leaderNotReadySeconds to open its
+        # term (its recovery), instead of being failed over the moment it claims.
+        claimed_at = claim.started_at_ms / 1000
+        waited = now - max(pod.not_ready_since or now, claimed_at)
         what, reason, limit = "is not Ready", Reason.LEADER_NOT_READY, timing.not_ready_seconds
     else:
         waited = now - (down or now)

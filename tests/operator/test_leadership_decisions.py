@@ -17,7 +17,7 @@ TIMING = Timing(failover_seconds=2, not_ready_seconds=30)
 
 
 def claim(term: int = 1, pod: str = "orders-0") -> Claim:
-    return Claim("terms/x", NUMBER_TOP - term + 1, f"{pod}-abc", pod, 1_700_000_000_000)
+    return Claim("terms/x", NUMBER_TOP - term + 1, f"{pod}-abc", pod, 0)  # long before NOW
 
 
 def leader(name: str = "orders-0", **kw: object) -> PodView:
@@ -237,3 +237,15 @@ def test_a_leader_that_stopped_renewing_its_lease_fails_over_though_it_answers()
         claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 2, lease_expired=True
     )
     assert due.promote == "orders-1"
+
+
+def test_a_new_leader_gets_its_whole_not_ready_time_from_its_claim() -> None:
+    """A standby is not Ready from its start; promoted after minutes, it must not be
+    failed over at once for a not-Ready clock that started long before its claim."""
+    claimed = Claim("terms/y", NUMBER_TOP - 1, "orders-1-abc", "orders-1", int((NOW - 10) * 1000))
+    opening = PodView("orders-1", False, not_ready_since=NOW - 300, answer=Role.STARTING)
+    decision = decide(
+        claimed, [opening, standby("orders-0")], now=NOW, timing=TIMING, replicas=2, down=None
+    )
+    assert decision.promote is None
+    assert "is not Ready for 10s" in decision.conditions[0].message

@@ -7,6 +7,7 @@ reaches a pod on the worker."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import httpx
@@ -95,7 +96,7 @@ def test_pods_reach_each_other_across_nodes_through_services(
         cluster.apply(client(f"client-{i}", node, images["weaseldb"], urls), namespace)
     for i in range(len(nodes)):
         cluster.wait_for(
-            lambda i=i: succeeded(cluster, namespace, f"client-{i}"),
+            functools.partial(succeeded, cluster, namespace, f"client-{i}"),
             120,
             f"client-{i} fetched the other node's server",
             namespace,
@@ -181,4 +182,4 @@ def reaches(url: str) -> bool:
 def succeeded(cluster: KindCluster, namespace: str, name: str) -> bool:
     phase = cluster.get("pod", name, namespace)["status"].get("phase")
     assert phase != "Failed", cluster.kubectl("-n", namespace, "logs", name)
-    return phase == "Succeeded"
+    return bool(phase == "Succeeded")

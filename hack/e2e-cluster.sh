@@ -157,13 +157,16 @@ kctl() { timeout 60 kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 # subnet (the bridge plugin's own ipMasq would also rewrite pod-to-pod traffic between
 # nodes). Then the network taint comes off and pods are scheduled.
 ensure_pod_network() {
-  local lines=() line name cidr ip node other
-  mapfile -t lines < <(kctl get nodes -o \
-    jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
-  ((${#lines[@]} == ${#NODES[@]})) || die "expected ${#NODES[@]} nodes, the API server lists: ${lines[*]}"
+  local lines=() line name cidr ip node other i
+  # A node that just joined may not have its range or address yet.
+  for i in $(seq 1 60); do
+    mapfile -t lines < <(kctl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+    ((${#lines[@]} == ${#NODES[@]})) && ! printf '%s\n' "${lines[@]}" | awk 'NF != 3 { bad = 1 } END { exit !bad }' && break
+    ((i < 60)) || die "expected ${#NODES[@]} nodes, each with a pod range and an address; the API server lists: ${lines[*]}"
+    sleep 1
+  done
   for line in "${lines[@]}"; do
     read -r name cidr ip <<<"$line"
-    [[ -n $cidr && -n $ip ]] || die "node $name has no pod range or address yet ($line)"
     node_conflist "$cidr" | docker exec -i "$name" sh -c 'f=/etc/cni/net.d/10-weaseldb-bridge.conflist
       cat >"$f.new" && if cmp -s "$f.new" "$f"; then rm "$f.new"; else mv "$f.new" "$f"; fi' ||
       die "writing the CNI config of $name failed"
@@ -176,10 +179,11 @@ ensure_pod_network() {
       docker exec "$name" ip route replace "$cidr" via "$ip" || die "routing $cidr via $node on $name failed"
     done
   done
-  if kctl get nodes -o jsonpath='{.items[*].spec.taints[*].key}' | grep -qw "$NETWORK_TAINT"; then
-    log "pod network set up on ${#lines[@]} nodes: scheduling on"
-    kctl taint nodes --all "$NETWORK_TAINT:NoSchedule-" >/dev/null
-  fi
+  for node in $(kctl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.taints[*].key}{"\n"}{end}' |
+    awk -v t="$NETWORK_TAINT" '{ for (i = 2; i <= NF; i++) if ($i == t) print $1 }'); do
+    log "pod network set up: scheduling on $node"
+    kctl taint nodes "$node" "$NETWORK_TAINT:NoSchedule-" >/dev/null
+  done
 }
 
 # The baked conflist (hack/e2e/10-weaseldb-bridge.conflist) for one node's pod range.

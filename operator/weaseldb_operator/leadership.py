@@ -57,6 +57,7 @@ class PodView:
     not_ready_since: float | None = None  # epoch seconds of the Ready condition's transition
     deleting: bool = False
     answer: Role | None = None  # the role in its persister's /readyz answer; None: no answer
+    slow: bool = False  # no answer because the probe timed out (not refused)
     role: str | None = None  # current value of the role label
     revision: str | None = None  # the StatefulSet revision it was created from
     node: str | None = None  # the node it runs on
@@ -134,12 +135,25 @@ def _summary(
     return [elected, ready, degraded]
 
 
-def holds(claim: Claim, pods: list[PodView], lease_expired: bool = False) -> bool:
-    """The claiming pod exists, is not being deleted, its persister answers as the term's
-    leader (serving or still opening it), and its lease in the store is renewed."""
-    return not lease_expired and any(
-        p.name == claim.pod and not p.deleting and p.answer in HOLDING for p in pods
-    )
+@dataclass(frozen=True)
+class LeaseSeen:
+    """What the operator saw of the claim's lease (weaseldb.core.lease)."""
+
+    expired: bool = False  # renewed before, unchanged for persister.lease_timeout_s
+    quiet: bool = False  # renewed before, unchanged for leaderFailoverSeconds
+
+
+def holds(claim: Claim, pods: list[PodView], lease: LeaseSeen = LeaseSeen()) -> bool:
+    """The claiming pod exists, is not being deleted, its lease in the store is renewed,
+    and its persister answers as the term's leader (serving or still opening it) - or is
+    too busy to answer in time while it still renews its lease: a loaded node is not a
+    dead one (one that is gone refuses the probe; one cut off stops renewing too)."""
+    if lease.expired:
+        return False
+    pod = next((p for p in pods if p.name == claim.pod and not p.deleting), None)
+    if pod is None:
+        return False
+    return pod.answer in HOLDING or (pod.slow and not lease.quiet)
 
 
 def down_since(
@@ -147,7 +161,7 @@ def down_since(
     pods: list[PodView],
     previous: float | None,
     now: float,
-    lease_expired: bool = False,
+    lease: LeaseSeen = LeaseSeen(),
 ) -> float | None:
     """When the claiming pod was first seen not holding its term, carried from one
     observation to the next (`previous`); None while it holds or nothing is claimed.
@@ -156,7 +170,7 @@ def down_since(
     pass, so a dead process, a pod that is gone or being deleted (it will not serve again:
     a pod stuck terminating on a dead node must not hold the clock at zero) and a node
     that stopped answering all count, within a pass, whatever kubelet reports."""
-    if claim is None or holds(claim, pods, lease_expired):
+    if claim is None or holds(claim, pods, lease):
         return None
     return previous if previous is not None else now
 
@@ -179,7 +193,7 @@ def decide(
     down: float | None,
     target_leader: str | None = None,
     paused: bool = False,
-    lease_expired: bool = False,
+    lease: LeaseSeen = LeaseSeen(),
 ) -> Decision:
     """Labels, an optional promotion and the conditions, from one observation.
 
@@ -195,7 +209,7 @@ def decide(
             None, False, _labels(pods, None), None, _summary(elected, pods, None, replicas)
         )
     pod = next((p for p in pods if p.name == claim.pod and not p.deleting), None)
-    held = holds(claim, pods, lease_expired)
+    held = holds(claim, pods, lease)
     if pod is not None and held and pod.ready:
         return _serving(claim, pods, pod, replicas, target_leader, paused=paused)
     if pod is not None and held:
@@ -207,7 +221,7 @@ def decide(
         what, reason, limit = "is not Ready", Reason.LEADER_NOT_READY, timing.not_ready_seconds
     else:
         waited = now - (down or now)
-        what, reason = _down(claim, pods, lease_expired)
+        what, reason = _down(claim, pods, lease.expired)
         # A pod that is gone or being deleted will not serve this term again: no wait.
         limit = timing.failover_seconds if pod is not None else 0.0
     what = f"leader pod {claim.pod} (term {claim.term}) {what} for {waited:.0f}s"
@@ -243,6 +257,8 @@ def _down(claim: Claim, pods: list[PodView], lease_expired: bool) -> tuple[str, 
     if lease_expired:
         return "has not renewed its lease in the store", Reason.LEADER_UNRESPONSIVE
     answer = f"answers {pod.answer}" if pod.answer else "does not answer"
+    if pod.slow:
+        answer = "does not answer in time, nor renew its lease"
     return f"{answer} (its persister's /readyz)", Reason.LEADER_UNRESPONSIVE
 
 

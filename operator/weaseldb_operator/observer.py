@@ -30,7 +30,15 @@ from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.edits import refused_by
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.lastvalid import LastValidSpecs
-from weaseldb_operator.leadership import Claim, Decision, PodView, Timing, decide, down_since
+from weaseldb_operator.leadership import (
+    Claim,
+    Decision,
+    LeaseSeen,
+    PodView,
+    Timing,
+    decide,
+    down_since,
+)
 from weaseldb_operator.pods import PROBE_TIMEOUT, PodReader, stage_url
 from weaseldb_operator.resources import selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database
@@ -123,7 +131,7 @@ class Observer:
         await self._hold_failover(db)
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), selector_labels(db))
         views = await self._pods.views(pods)
-        decision = self._decide(db, claim, views, await self._lease_expired(db, claim))
+        decision = self._decide(db, claim, views, await self._lease_seen(db, claim))
         if not db.paused:
             await self._actions.act(db, body, decision, pods)
             await self._actions.roll(db, body, decision, views, pods)
@@ -141,23 +149,26 @@ class Observer:
             await hold_failover(self._stores.get(db.storage), db.paused)
             self._holding[db.uid] = db.paused
 
-    async def _lease_expired(self, db: Database, claim: Claim | None) -> bool:
-        """Whether the claim's leader stopped renewing the lease it renewed before (its
-        persister may still answer: it lost the store, say). A leader that never wrote
-        one (an older image) is judged by its answers alone."""
+    async def _lease_seen(self, db: Database, claim: Claim | None) -> LeaseSeen:
+        """How long the claim's leader has left the lease it renewed before unchanged (its
+        persister may still answer: it lost the store, say; or be too busy to answer). A
+        leader that never wrote one (an older image) is judged by its answers alone."""
         timeout = db.config.persister.lease_timeout_s
         if claim is None or timeout == 0:
-            return False
+            return LeaseSeen()
         lease = await lease_of(self._stores.get(db.storage), claim)
         watch = self._leases.setdefault(db.uid, LeaseWatch(timeout))
-        return watch.observe(Term(claim.term_number), lease, time.monotonic()) and bool(lease)
+        now = time.monotonic()
+        expired = watch.observe(Term(claim.term_number), lease, now) and lease is not None
+        quiet = lease is not None and watch.silent_for(now) >= db.leader_failover_seconds
+        return LeaseSeen(expired=expired, quiet=quiet)
 
     def _decide(
-        self, db: Database, claim: Claim | None, views: list[PodView], lease_expired: bool
+        self, db: Database, claim: Claim | None, views: list[PodView], lease: LeaseSeen
     ) -> Decision:
         now = time.time()
         key = (db.uid, claim.key if claim else "")
-        since = down_since(claim, views, self._down_since.get(key), now, lease_expired)
+        since = down_since(claim, views, self._down_since.get(key), now, lease)
         if since is None:
             self._down_since.pop(key, None)
         else:
@@ -171,7 +182,7 @@ class Observer:
             down=since,
             target_leader=db.target_leader,
             paused=db.paused,
-            lease_expired=lease_expired,
+            lease=lease,
         )
 
     async def _committed_version(

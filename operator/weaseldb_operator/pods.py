@@ -55,14 +55,23 @@ async def persister_role(http: aiohttp.ClientSession, pod: dict[str, Any]) -> Ro
     """What the pod's persister says it is: the `role` of its /readyz answer
     (weaseldb.core.channels.Readiness), never the wording of its `reason`. None when it
     cannot tell (no address yet, no answer, or an answer without a role)."""
+    role, _ = await persister_reply(http, pod)
+    return role
+
+
+async def persister_reply(
+    http: aiohttp.ClientSession, pod: dict[str, Any]
+) -> tuple[Role | None, bool]:
+    """`persister_role`, and whether the probe timed out (a busy or cut-off process, as
+    opposed to one that is gone: the failure detector gives the first its lease)."""
     ip, port = pod_ip(pod), container_port(pod, Stage.PERSISTER)
-    answer = await probe.readyz(http, ip, port) if ip and port else None
-    if answer is None:
-        return None
+    answer = await probe.ask(http, ip, port) if ip and port else probe.Silence.REFUSED
+    if isinstance(answer, probe.Silence):
+        return None, answer is probe.Silence.TIMED_OUT
     try:
-        return decode_readiness(answer.body).role
+        return decode_readiness(answer.body).role, False
     except msgspec.DecodeError:
-        return None
+        return None, False
 
 
 class PodReader:
@@ -98,6 +107,7 @@ class PodReader:
         is_ready = ready.get("status") == "True"
         meta = pod["metadata"]
         node = pod.get("spec", {}).get("nodeName") or None
+        answer, slow = await persister_reply(self._http, pod)
         return PodView(
             name=meta["name"],
             ready=is_ready,
@@ -105,7 +115,8 @@ class PodReader:
             if is_ready
             else _epoch(ready.get("lastTransitionTime")) or _epoch(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
-            answer=await persister_role(self._http, pod),
+            answer=answer,
+            slow=slow,
             role=meta.get("labels", {}).get(ROLE_LABEL),
             revision=meta.get("labels", {}).get(REVISION_LABEL),
             node=node,

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 from weaseldb_operator.conditions import Reason
-from weaseldb_operator.leadership import Claim, Decision, PodView, Timing, decide, down_since
+from weaseldb_operator.leadership import (
+    Claim,
+    Decision,
+    LeaseSeen,
+    PodView,
+    Timing,
+    decide,
+    down_since,
+)
 from weaseldb_operator.resources import statefulset_replicas
 from weaseldb_operator.spec import SpecError, database_from
 
@@ -227,15 +235,12 @@ def test_a_leader_that_stopped_renewing_its_lease_fails_over_though_it_answers()
     """Its persister answers (it lost the store, say): the lease it stopped renewing is
     the second signal, after leaderFailoverSeconds like a silent one."""
     pods = [leader(), standby()]
-    assert down_since(claim(), pods, None, NOW, lease_expired=True) == NOW
-    waiting = decide(
-        claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 1, lease_expired=True
-    )
+    expired = LeaseSeen(expired=True, quiet=True)
+    assert down_since(claim(), pods, None, NOW, expired) == NOW
+    waiting = decide(claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 1, lease=expired)
     assert waiting.promote is None and not waiting.leader_ready
     assert "has not renewed its lease" in waiting.conditions[0].message
-    due = decide(
-        claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 2, lease_expired=True
-    )
+    due = decide(claim(), pods, now=NOW, timing=TIMING, replicas=2, down=NOW - 2, lease=expired)
     assert due.promote == "orders-1"
 
 
@@ -249,3 +254,19 @@ def test_a_new_leader_gets_its_whole_not_ready_time_from_its_claim() -> None:
     )
     assert decision.promote is None
     assert "is not Ready for 10s" in decision.conditions[0].message
+
+
+def test_a_leader_too_busy_to_answer_holds_while_it_renews_its_lease() -> None:
+    """Seen on a loaded kind node: a probe that times out is not a dead process. It
+    holds while its lease moves; it is down once the lease is quiet too (a frozen or
+    cut-off node), and at once when the probe is refused (the process is gone)."""
+    busy = [PodView("orders-0", True, slow=True), standby()]
+    assert down_since(claim(), busy, None, NOW, LeaseSeen()) is None
+    assert down_since(claim(), busy, None, NOW, LeaseSeen(quiet=True)) == NOW
+    gone = [PodView("orders-0", True), standby()]
+    assert down_since(claim(), gone, None, NOW, LeaseSeen()) == NOW
+    frozen = decide(
+        claim(), busy, now=NOW, timing=TIMING, replicas=2, down=NOW - 2, lease=LeaseSeen(quiet=True)
+    )
+    assert frozen.promote == "orders-1"
+    assert "nor renew its lease" in frozen.conditions[0].message

@@ -5,6 +5,7 @@ body says is its reader's business, so a typed reading of it slots in at the cal
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import aiohttp
@@ -29,10 +30,25 @@ def session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=STEP_TIMEOUT)
 
 
-async def readyz(http: aiohttp.ClientSession, host: str, port: int) -> Answer | None:
-    """GET /readyz of the stage at `host:port`; None when it does not answer in time."""
+class Silence(enum.Enum):
+    """Why a stage gave no answer: the two mean different things to a failure detector."""
+
+    REFUSED = "refused"  # nothing listens there (the process is gone) or no route
+    TIMED_OUT = "timed out"  # no answer in time: busy, frozen, or cut off
+
+
+async def ask(http: aiohttp.ClientSession, host: str, port: int) -> Answer | Silence:
+    """GET /readyz of the stage at `host:port`, or why there was no answer."""
     try:
         async with http.get(f"http://{host}:{port}/readyz") as response:
             return Answer(response.status, await response.read())
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        return None
+    except TimeoutError:  # aiohttp's own timeouts are TimeoutErrors too
+        return Silence.TIMED_OUT
+    except (aiohttp.ClientError, OSError):
+        return Silence.REFUSED
+
+
+async def readyz(http: aiohttp.ClientSession, host: str, port: int) -> Answer | None:
+    """GET /readyz of the stage at `host:port`; None when it does not answer in time."""
+    answer = await ask(http, host, port)
+    return answer if isinstance(answer, Answer) else None

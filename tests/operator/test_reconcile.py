@@ -137,7 +137,7 @@ def test_reapplying_changes_nothing(
         namespace,
         "--type=merge",
         "-p",
-        '{"spec":{"leaderFailoverSeconds":31}}',
+        '{"spec":{"leaderNotReadySeconds":31}}',
     )
     control_plane.wait_for(
         lambda: (

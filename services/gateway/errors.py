@@ -147,6 +147,11 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
     code = error.code if isinstance(error, BadRequest) else answer.code
     if answer.retry:
         headers.append((b"retry-after", RETRY_AFTER.encode()))
+    if isinstance(error, NotLeader) and not answer.reason and "reason" not in extra:
+        # This set does not lead (a standby, or deposed): a client on a kept-alive
+        # connection through a Service would come back here forever; closed, it
+        # reconnects and the Service sends it to the pod labelled leader.
+        headers.append((b"connection", b"close"))
     if isinstance(error, MethodNotAllowed):
         headers.append((b"allow", ", ".join(error.allow).encode()))
     return answer.status, error_body(code, error.message, **extra), headers

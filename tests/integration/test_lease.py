@@ -72,6 +72,9 @@ def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> No
     standby.launch()
     try:
         wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        refused = httpx.post(f"{standby.url}/v1/commit", json=COMMIT)
+        assert refused.status_code == 503 and refused.json()["error"] == "not_leader"
+        assert refused.headers["connection"] == "close"  # reconnect, through the Service
         acknowledged = [httpx.post(f"{leader.url}/v1/commit", json=COMMIT).json()]
         first = lease_of(store)
         time.sleep(3)  # past the standby's timeout: renewals keep it a standby

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +33,13 @@ def get_or_none(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
 
     found: dict[str, Any] = json.loads(result.stdout)
     return found
+
+
+def assert_refused(plane: ControlPlane, namespace: str, spec: dict[str, Any], message: str) -> None:
+    """A WeaselDB `bad` with `spec` is refused by the API server with `message`."""
+    result = plane.kubectl(
+        "apply", "--server-side", "-f", "-", check=False,
+        stdin=json.dumps(weaseldb("bad", namespace, spec)),
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr

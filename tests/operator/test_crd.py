@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.operator.helpers import weaseldb
+from tests.operator.helpers import assert_refused, weaseldb
 from tests.support.kube import ControlPlane
 
 STORAGE = {"bucket": "weasel-data", "prefix": "orders"}
@@ -116,14 +116,5 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
 def test_invalid_specs_are_rejected(
     control_plane: ControlPlane, namespace: str, spec: dict[str, Any], message: str
 ) -> None:
-    result = control_plane.kubectl(
-        "apply",
-        "--server-side",
-        "-f",
-        "-",
-        check=False,
-        stdin=__import__("json").dumps(weaseldb("bad", namespace, spec)),
-    )
-    assert result.returncode != 0
-    assert message in result.stderr, result.stderr
+    assert_refused(control_plane, namespace, spec, message)
     assert control_plane.kubectl("get", "wdb", "bad", "-n", namespace, check=False).returncode != 0

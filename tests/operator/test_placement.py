@@ -4,7 +4,6 @@ StatefulSet (or refusing a spec the API server refuses)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from weaseldb_operator.spec import (
     reserved_key,
 )
 
-from tests.operator.helpers import REPO, get_or_none, weaseldb
+from tests.operator.helpers import REPO, assert_refused, get_or_none, weaseldb
 from tests.operator.test_builders import body
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
@@ -251,16 +250,7 @@ def test_the_api_server_accepts_the_built_statefulset(
 def test_the_crd_refuses(
     control_plane: ControlPlane, namespace: str, extra: dict[str, Any], message: str
 ) -> None:
-    result = control_plane.kubectl(
-        "apply",
-        "--server-side",
-        "-f",
-        "-",
-        check=False,
-        stdin=json.dumps(weaseldb("bad", namespace, {"storage": STORAGE, **extra})),
-    )
-    assert result.returncode != 0
-    assert message in result.stderr, result.stderr
+    assert_refused(control_plane, namespace, {"storage": STORAGE, **extra}, message)
 
 
 # --- the operator ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The compaction loop, run by the observer for each database with `spec.compaction`:
 observe (its SparkApplications, the snapshot lag, its status and annotations), decide
-(compaction.plan), act (delete a run past its deadline, create the next, record Events),
+(supervision.plan), act (delete a run past its deadline, create the next, record Events),
 and report what the status should say (lastCompaction, compaction and the
 CompactionHealthy condition), which the observer writes with everything else.
 """
@@ -16,7 +16,7 @@ import aiohttp
 
 from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import parse_iso
-from weaseldb_operator import compaction
+from weaseldb_operator import compaction, supervision
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.spec import API_VERSION, KIND, Database
@@ -84,7 +84,7 @@ class CompactionLoop:
         apps = await self._kube.list(_runs(db), {compaction.DATABASE_LABEL: db.name})
         version, lag = await self._snapshot_lag(db)
         status = body.get("status") or {}
-        plan = compaction.plan(
+        plan = supervision.plan(
             db,
             now=datetime.datetime.now(datetime.UTC),
             created_at=_parse(body["metadata"].get("creationTimestamp")),
@@ -98,7 +98,7 @@ class CompactionLoop:
         wanted = {"lastCompaction": plan.last, "compaction": plan.record.status()}
         return [plan.condition], _changed(status, wanted)
 
-    async def _act(self, db: Database, regarding: dict[str, Any], plan: compaction.Plan) -> None:
+    async def _act(self, db: Database, regarding: dict[str, Any], plan: supervision.Plan) -> None:
         """Delete the runs past their deadline, record what was counted, start the next."""
         for name in plan.delete:
             log.warning("%s/%s: deleting %s: past its deadline", db.namespace, db.name, name)

@@ -105,7 +105,7 @@ class Compaction:
     gc: bool = True
     service_account: str = "spark"
     ttl_seconds: int = 86400
-    # Supervision (compaction.plan): a run not finished this long after its creation fails;
+    # Supervision (supervision.plan): a run not finished this long after its creation fails;
     # failures in a row wait backoff * 2^(n-1) seconds, at most max_backoff, before the
     # next scheduled or threshold run; suspend stops those runs.
     deadline_seconds: int = 7200

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from weaseldb_operator import compaction
+from weaseldb_operator import compaction, supervision
 from weaseldb_operator.spec import Compaction, SpecError, database_from
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,6 +143,6 @@ def test_the_crd_allows_exactly_the_outcomes_the_operator_writes() -> None:
     outcome = status["properties"]["lastCompaction"]["properties"]["outcome"]
     assert set(outcome["enum"]) == set(compaction.RunOutcome)
     states = {None: "Running", "COMPLETED": "Succeeded", "FAILED": "Failed"}
-    # DeadlineExceeded is written by compaction.plan (tests/operator/test_compaction_plan.py).
+    # DeadlineExceeded is written by supervision.plan (tests/operator/test_compaction_plan.py).
     for state, written in states.items():
-        assert compaction.last_compaction(app("x", state), None)["outcome"] == written
+        assert supervision.last_compaction(app("x", state), None)["outcome"] == written

@@ -1,4 +1,4 @@
-"""Compaction supervision, decided by `compaction.plan` (pure: no cluster, no store): the
+"""Compaction supervision, decided by `supervision.plan` (pure: no cluster, no store): the
 deadline, the backoff after failures, suspend and the run-now annotation."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import datetime
 from typing import Any
 
 import pytest
-from weaseldb_operator import compaction
-from weaseldb_operator.compaction import Plan, Record, RunOutcome
+from weaseldb_operator import compaction, supervision
+from weaseldb_operator.compaction import RunOutcome
 from weaseldb_operator.conditions import Reason
 from weaseldb_operator.spec import Compaction, database_from
+from weaseldb_operator.supervision import Plan, Record
 
 from weaseldb.core.timestamps import iso
 
@@ -56,7 +57,7 @@ def decide(
         "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
         "spec": {"storage": {"bucket": "b1", "prefix": "db"}, "compaction": raw},
     })  # fmt: skip
-    return compaction.plan(db, now=now, created_at=CREATED, apps=apps, batches_since_snapshot=lag,
+    return supervision.plan(db, now=now, created_at=CREATED, apps=apps, batches_since_snapshot=lag,
                            status=status or {}, run_now=run_now)  # fmt: skip
 
 
@@ -73,7 +74,7 @@ def created_slot(plan: Plan) -> str | None:
 
 def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
     spec = Compaction(image="i", batch_threshold=1, backoff_seconds=60, max_backoff_seconds=600)
-    assert [compaction.backoff_seconds(spec, n) for n in range(7)] == [
+    assert [supervision.backoff_seconds(spec, n) for n in range(7)] == [
         0,
         60,
         120,
@@ -82,7 +83,7 @@ def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
         600,
         600,
     ]
-    assert compaction.backoff_seconds(spec, 10_000) == 600  # no overflow for a long streak
+    assert supervision.backoff_seconds(spec, 10_000) == 600  # no overflow for a long streak
 
 
 @pytest.mark.parametrize("state", [None, "SUBMITTED", "RUNNING"], ids=str)

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter
 
+from weaseldb.core import lease as lease_io
 from weaseldb.core.errors import StoreError
 from weaseldb.core.lease import LeaseWatch
 from weaseldb.core.timestamps import iso_ms, now_iso
@@ -45,8 +46,6 @@ from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import (
     Stores,
     UnreadableClaim,
-    hold_failover,
-    lease_of,
     newest_claim,
 )
 
@@ -146,7 +145,7 @@ class Observer:
         """The store's `failover-hold` follows spec.paused (written when it changes, and
         removed once after the operator starts)."""
         if self._holding.get(db.uid) is not db.paused:
-            await hold_failover(self._stores.get(db.storage), db.paused)
+            await lease_io.hold(self._stores.get(db.storage), db.paused)
             self._holding[db.uid] = db.paused
 
     async def _lease_seen(self, db: Database, claim: Claim | None) -> LeaseSeen:
@@ -156,7 +155,7 @@ class Observer:
         timeout = db.config.persister.lease_timeout_s
         if claim is None or timeout == 0:
             return LeaseSeen()
-        lease = await lease_of(self._stores.get(db.storage), claim)
+        lease = await lease_io.read(self._stores.get(db.storage), Term(claim.term_number))
         watch = self._leases.setdefault(db.uid, LeaseWatch(timeout))
         now = time.monotonic()
         expired = watch.observe(Term(claim.term_number), lease, now) and lease is not None

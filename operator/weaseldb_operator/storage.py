@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from weaseldb.core import claims, layout, manifest, recovery
 from weaseldb.core.errors import NotFound
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import Term
 from weaseldb.runtime.stores import open_store
 from weaseldb_operator.leadership import Claim
 from weaseldb_operator.spec import Storage
@@ -55,25 +54,6 @@ async def newest_claim(store: BlobStore) -> Claim | None:
         return Claim.of(key, claims.TermClaim.decode(body))
     except ValueError as e:
         raise UnreadableClaim(f"{key}: {e}") from e
-
-
-async def lease_of(store: BlobStore, claim: Claim) -> bytes | None:
-    """The claim's lease as its leader last renewed it (weaseldb.core.lease); None when
-    it never wrote one (a leader without standbys, or one that died before renewing)."""
-    try:
-        return await store.get(layout.lease_key(Term(claim.term_number)))
-    except NotFound:
-        return None
-
-
-async def hold_failover(store: BlobStore, held: bool) -> None:
-    """Put or remove `failover-hold`: while it exists, standbys whose lease watch times out
-    do not claim (spec.paused must stop every failover, not only the operator's)."""
-    if held:
-        await store.put(layout.FAILOVER_HOLD, b'{"by": "weaseldb-operator", "why": "spec.paused"}')
-        return
-    with contextlib.suppress(NotFound):  # a store may answer 404 for a missing key
-        await store.delete(layout.FAILOVER_HOLD)
 
 
 async def purge(store: BlobStore, *, parallel: int = 16) -> int:

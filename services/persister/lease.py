@@ -17,10 +17,10 @@ import time
 
 from prometheus_client import Counter
 
-from services.persister.leadership import newest_claim_holder
-from weaseldb.core import layout
+from weaseldb.core import layout, recovery
+from weaseldb.core import lease as lease_io
 from weaseldb.core.config import Config
-from weaseldb.core.errors import NotFound, StoreError
+from weaseldb.core.errors import StoreError
 from weaseldb.core.lease import Lease, LeaseWatch, encode
 from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.types import Term
@@ -100,37 +100,18 @@ async def lease_expired(config: Config, store: BlobStore) -> str:
     watch, told = LeaseWatch(persister.lease_timeout_s), False
     while True:
         try:
-            holder = await newest_claim_holder(store, persister)
-            if holder.term is not None:
-                lease = await _read(store, holder.term)
-                expired = watch.observe(holder.term, lease, time.monotonic())
-                held = expired and await _held(store)
+            term = await recovery.newest_claim(store)  # one LIST of one key
+            if term is not None:
+                lease = await lease_io.read(store, term)
+                expired = watch.observe(term, lease, time.monotonic())
+                held = expired and await lease_io.is_held(store)
                 if held and not told:
                     log.warning("the leader's lease expired, but failover is held (paused)")
                 told = held
                 if expired and not held:
                     silent = watch.silent_for(time.monotonic())
-                    return (
-                        f"the lease of term {holder.term} (pod {holder.pod}) was not renewed "
-                        f"for {silent:.1f}s"
-                    )
+                    by = lease_io.holder(lease) or "its leader"
+                    return f"the lease of term {term} ({by}) was not renewed for {silent:.1f}s"
         except (StoreError, OSError) as e:
             log.warning("cannot read the leader's lease: %s", e)
         await asyncio.sleep(persister.lease_renew_s)
-
-
-async def _held(store: BlobStore) -> bool:
-    """Whether the operator holds failover (spec.paused): then only POST /promote, which
-    a paused operator does not send, promotes this standby."""
-    try:
-        await store.get(layout.FAILOVER_HOLD)
-    except NotFound:
-        return False
-    return True
-
-
-async def _read(store: BlobStore, term: Term) -> bytes | None:
-    try:
-        return await store.get(layout.lease_key(term))
-    except NotFound:
-        return None

@@ -205,9 +205,7 @@ def decide(
             Reason.NO_CLAIM,
             "no term claimed under PREFIX/terms/ yet: pods claim one when they start",
         )
-        return Decision(
-            None, False, _labels(pods, None), None, _summary(elected, pods, None, replicas)
-        )
+        return _decision(None, pods, elected, replicas)
     pod = next((p for p in pods if p.name == claim.pod and not p.deleting), None)
     held = holds(claim, pods, lease)
     if pod is not None and held and pod.ready:
@@ -238,13 +236,28 @@ def decide(
         )
     else:
         what += f"; failover after {limit:.0f}s"
-    elected = _elected(reason, what)
+    return _decision(claim, pods, _elected(reason, what), replicas, promote=promote)
+
+
+def _decision(
+    claim: Claim | None,
+    pods: list[PodView],
+    elected: Condition,
+    replicas: int,
+    *,
+    promote: str | None = None,
+    switchover: str | None = None,
+) -> Decision:
+    """The labels and conditions that follow from the claim and the LeaderElected verdict;
+    the leader serves exactly when that verdict is LeaderReady."""
+    leader_pod = claim.pod if claim else None
     return Decision(
         claim,
-        False,
-        _labels(pods, claim.pod),
+        elected.reason is Reason.LEADER_READY,
+        _labels(pods, leader_pod),
         promote,
-        _summary(elected, pods, claim.pod, replicas),
+        _summary(elected, pods, leader_pod, replicas),
+        switchover=switchover,
     )
 
 
@@ -279,14 +292,7 @@ def _serving(
     if promote:
         held += f"; switching over to {promote}: {why}"
     elected = _elected(Reason.LEADER_READY, held)
-    return Decision(
-        claim,
-        True,
-        _labels(pods, claim.pod),
-        promote,
-        _summary(elected, pods, claim.pod, replicas),
-        switchover=why,
-    )
+    return _decision(claim, pods, elected, replicas, promote=promote, switchover=why)
 
 
 def switchover(

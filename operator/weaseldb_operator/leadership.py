@@ -87,11 +87,13 @@ class Decision:
 
 def _labels(pods: list[PodView], leader_pod: str | None) -> dict[str, str]:
     wanted = {p.name: LEADER if p.name == leader_pod else STANDBY for p in pods if not p.deleting}
-    return {
-        name: role
-        for name, role in wanted.items()
-        if role != next(p.role for p in pods if p.name == name)
-    }
+    changes = [(name, role) for name, role in wanted.items() if role != _role_of(pods, name)]
+    # Demotions first: the Service never selects two leaders between two label patches.
+    return dict(sorted(changes, key=lambda change: change[1] == LEADER))
+
+
+def _role_of(pods: list[PodView], name: str) -> str | None:
+    return next(p.role for p in pods if p.name == name)
 
 
 def _pick_standby(pods: list[PodView], leader_pod: str) -> str | None:

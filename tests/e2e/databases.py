@@ -149,13 +149,25 @@ def start_database(
     return url
 
 
+def the_leader(cluster: KindCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The one pod labelled leader, or None: during a hand-over no pod carries the label
+    for a moment."""
+    pods = pods_of(cluster, namespace, name)
+    leaders = [p for p in pods if p["metadata"]["labels"].get(ROLE) == "leader"]
+    assert len(leaders) <= 1, f"two pods labelled leader: {leaders}"
+    return leaders[0] if leaders else None
+
+
+def leader_name(cluster: KindCluster, namespace: str, name: str) -> str | None:
+    leader = the_leader(cluster, namespace, name)
+    return str(leader["metadata"]["name"]) if leader else None
+
+
 def leader_pod(cluster: KindCluster, namespace: str, name: str) -> dict[str, Any]:
-    (leader,) = [
-        p
-        for p in pods_of(cluster, namespace, name)
-        if p["metadata"]["labels"].get(ROLE) == "leader"
-    ]
-    return leader
+    """The leader pod, once one carries the label (a hand-over may be under way)."""
+    return cluster.wait_for(
+        lambda: the_leader(cluster, namespace, name), 120, "a pod labelled leader", namespace
+    )
 
 
 def commits_grow_by(

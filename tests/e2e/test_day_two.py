@@ -18,6 +18,7 @@ from tests.e2e.databases import (
     ROLE,
     commits_grow_by,
     kill_pod,
+    leader_name,
     leader_pod,
     pods_of,
     selector,
@@ -102,7 +103,7 @@ def test_drain_switchover_and_scale_down_keep_every_commit(
             patch = json.dumps({"spec": {"targetLeader": target}})
             cluster.kubectl("-n", namespace, "patch", "weaseldb", name, "--type=merge", "-p", patch)
             cluster.wait_for(
-                lambda: leader_pod(cluster, namespace, name)["metadata"]["name"] == target,
+                lambda: leader_name(cluster, namespace, name) == target,
                 120,
                 f"{target} leads",
                 namespace,

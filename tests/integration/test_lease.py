@@ -40,6 +40,15 @@ def role(process_set: ProcessSet) -> str | None:
         return None
 
 
+def refuses_commits(process_set: ProcessSet) -> bool:
+    """The set's gateway is listening and answers a commit with 503 (its persister can
+    be a standby before the gateway listens, so the role alone is not enough)."""
+    try:
+        return httpx.post(f"{process_set.url}/v1/commit", json=COMMIT).status_code == 503
+    except httpx.HTTPError:
+        return False
+
+
 def lease_of(store: str) -> Lease:
     """The newest term's lease (keys of newer terms sort first)."""
 
@@ -72,6 +81,7 @@ def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> No
     standby.launch()
     try:
         wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        wait_for(lambda: refuses_commits(standby), what="db-1's gateway listens")
         refused = httpx.post(f"{standby.url}/v1/commit", json=COMMIT)
         assert refused.status_code == 503 and refused.json()["error"] == "not_leader"
         assert refused.headers["connection"] == "close"  # reconnect, through the Service

@@ -195,6 +195,13 @@ def test_labels_follow_the_claim_and_change_only_when_needed() -> None:
     assert decision.leader is not None and decision.leader.term == 2
 
 
+def test_the_old_leader_loses_its_label_before_the_new_one_gets_it() -> None:
+    """The Service never selects two leaders, not even between two label patches."""
+    pods = [leader(role="standby"), standby(role="leader")]  # orders-0 claimed after -1
+    decision = decided(pods, claimed=claim(2, "orders-0"))
+    assert list(decision.labels.items()) == [("orders-1", "standby"), ("orders-0", "leader")]
+
+
 def test_scale_down_keeps_the_leaders_ordinal_until_it_moved() -> None:
     db = database_from(
         {

@@ -173,7 +173,9 @@ def pod_spec(db: Database) -> dict[str, Any]:
             "fsGroup": USER_ID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "terminationGracePeriodSeconds": int(db.config.drain_timeout_s) + 15,
+        "terminationGracePeriodSeconds": int(
+            db.config.drain_timeout_s + db.config.gateway.stop_linger_s + 15
+        ),
         "enableServiceLinks": False,
         **placement_for(db),
     }

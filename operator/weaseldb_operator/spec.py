@@ -193,6 +193,13 @@ class Database:
 LEASE_GRACE_S = 5
 
 
+#: Seconds a stopping pod's gateway keeps answering 503 not_leader after its drain
+#: (gateway.stop_linger_s): past the two failed readiness probes (one a second) that mark
+#: its endpoint not serving, and kube-proxy's next sync. Sooner, the pod's network could
+#: vanish while the Service still routes new connections to it, and those hang.
+STOP_LINGER_S = 5.0
+
+
 def lease_timeout_for(spec: dict[str, Any]) -> float:
     return float(int(spec.get("leaderFailoverSeconds", 2)) + LEASE_GRACE_S)
 
@@ -211,6 +218,7 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
             "claim_on_start": "unclaimed_or_own",
             "lease_timeout_s": lease_timeout_for(spec),
         },
+        "gateway": {"stop_linger_s": STOP_LINGER_S},
     }
     for section, (target, fields) in _SECTIONS.items():
         values = spec.get(section) or {}

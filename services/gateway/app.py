@@ -122,13 +122,27 @@ class GatewayStage:
         await self._signalled.wait()
         self.health.set(False, "shutting down", Role.STOPPING)
         self.streams.close_all()  # change streams end cleanly; clients resume elsewhere
-        http.stop()  # stop accepting; in-flight requests still get their answers
-        await http.finished.wait()
+        # From here new requests get 503 not_leader; those already in the ring are
+        # answered as it drains (Shutdown follows them).
         drained = await self.client.shutdown(self.config.drain_timeout_s)
+        await self._linger()
+        http.stop()
+        await http.finished.wait()
         for task in tasks:
             task.cancel()
         await self.store.close()
         return 0 if drained else 1
+
+    async def _linger(self) -> None:
+        """Keep the port open for `gateway.stop_linger_s` after the drain. A Service may
+        route new connections to a stopping pod until its endpoint is marked not serving
+        (a readiness probe or two, then kube-proxy); while the port is open they get 503
+        not_leader with Connection: close and try again at once. Once every container has
+        exited the pod's network is gone, and a connection routed to it then hangs
+        instead of failing."""
+        if self.config.gateway.stop_linger_s > 0:
+            log.info("stopping: answering not_leader for %.1f s", self.config.gateway.stop_linger_s)
+            await asyncio.sleep(self.config.gateway.stop_linger_s)
 
     def on_signal(self) -> None:
         self._signalled.set()

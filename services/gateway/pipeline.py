@@ -253,5 +253,6 @@ class PipelineClient:
         try:
             await asyncio.wait_for(self.stopped.wait(), drain_timeout_s)
         except TimeoutError:
+            self._lose("the set stopped before the ring drained")  # nothing waits forever
             return False
         return True

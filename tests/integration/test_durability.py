@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from weaseldb.core.types import Stage
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
+COMMIT = {"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]}
 
 
 def stored(data_dir: Path) -> dict[str, int]:
@@ -64,6 +66,43 @@ def test_graceful_stop_drains_and_exits_zero(tmp_path: Path, run_dir: Path) -> N
     load = Load(cluster.url, concurrency=16).start()
     wait_for(lambda: len(load.acknowledged) >= 100)
     assert cluster.stop() == 0
+    load.stop()
+    log = stored(data)
+    assert all(log.get(r) == v for r, v in load.acknowledged.items())
+
+
+def test_a_stopping_set_answers_not_leader_while_it_lingers(tmp_path: Path, run_dir: Path) -> None:
+    """gateway.stop_linger_s (the operator renders it for pods behind a Service): after
+    the drain the port stays open and refuses with 503 not_leader and Connection: close,
+    so a client the Service still sends here retries elsewhere at once; then the set exits
+    cleanly, with everything it acknowledged in the log."""
+    data = tmp_path / "data"
+    config = tmp_path / "linger.toml"
+    config.write_text("[gateway]\nstop_linger_s = 3\n")
+    cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir, ["--config", str(config)])
+    cluster.start()
+    load = Load(cluster.url, concurrency=8).start()
+    wait_for(lambda: len(load.acknowledged) >= 100)
+    assert cluster.process is not None
+    cluster.process.send_signal(signal.SIGTERM)
+
+    def refused() -> httpx.Response | None:
+        try:
+            answer = httpx.post(f"{cluster.url}/v1/commit", json=COMMIT, timeout=5)
+        except httpx.HTTPError:
+            return None
+        return answer if answer.status_code == 503 else None
+
+    answer = wait_for(refused, 10, "a 503 from the stopping set", interval=0.05)
+    assert answer.json()["error"] == "not_leader" and answer.headers["connection"] == "close"
+    version = httpx.get(f"{cluster.url}/v1/version", timeout=5)
+    assert version.status_code == 503 and version.json()["error"] == "not_leader"
+    first = last = time.monotonic()
+    while refused() is not None:
+        last = time.monotonic()
+        time.sleep(0.1)
+    assert last - first > 2, "refusals for (most of) the 3 s linger, not just the drain"
+    assert cluster.process.wait(60) == 0
     load.stop()
     log = stored(data)
     assert all(log.get(r) == v for r, v in load.acknowledged.items())

@@ -52,6 +52,19 @@ def test_configmap_holds_a_config_the_services_accept(
     assert (loaded.pod_name, loaded.run_dir, loaded.host) == ("orders-0", "/run/weasel", "0.0.0.0")
 
 
+def test_a_stopping_gateway_lingers_past_its_endpoint_going_not_serving() -> None:
+    """The rendered gateway.stop_linger_s outlasts the readiness probes that take the pod
+    out of the Service (plus a second for kube-proxy), and the grace period covers it."""
+    db = database_from(body())
+    pod = statefulset_for(db)["spec"]["template"]["spec"]
+    (gateway,) = [c for c in pod["containers"] if c["name"] == "gateway"]
+    readiness = gateway["readinessProbe"]
+    not_serving_after = readiness["periodSeconds"] * readiness["failureThreshold"]
+    assert db.config.gateway.stop_linger_s >= not_serving_after + 1
+    grace = db.config.drain_timeout_s + db.config.gateway.stop_linger_s
+    assert pod["terminationGracePeriodSeconds"] > grace
+
+
 def test_statefulset_runs_the_ring_in_one_pod() -> None:
     db = database_from(
         body(

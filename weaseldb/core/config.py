@@ -111,6 +111,12 @@ class GatewayConfig(_Section):
     """The persister speaks to every gateway worker at least once a second; a worker that
     hears nothing for this long stops taking commits (503 not_leader, /readyz not ready)
     until it does again, and answers what was waiting commit_unknown."""
+    stop_linger_s: float = Field(0.0, ge=0, le=60)
+    """After a stop signal and the drain, the worker keeps its port open this long,
+    answering every request 503 not_leader with ``Connection: close``, so connections a
+    Service still routes to the stopping pod are refused at once instead of hanging once
+    the pod's network is gone. 0 where no Service routes (``weaseldb up``); the operator
+    renders its own value (docs/operator.md)."""
     max_waiting_requests: int = Field(10_000, ge=1)
     """Commits and status lookups one gateway worker lets wait for the pipeline; more are
     refused at once with 503 not_leader (reason ``overloaded``: nothing was applied)."""

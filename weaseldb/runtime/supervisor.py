@@ -90,7 +90,8 @@ class ProcessSet:
         for child in self._children:
             if child.name.startswith(Stage.GATEWAY):
                 _signal(child, signal.SIGTERM)
-        deadline = time.monotonic() + self._config.drain_timeout_s + 5
+        linger = self._config.gateway.stop_linger_s
+        deadline = time.monotonic() + self._config.drain_timeout_s + linger + 5
         for child in self._children:
             _wait(child, deadline)
         self._terminate_all(grace=FAILURE_GRACE_S)

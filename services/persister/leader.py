@@ -16,6 +16,7 @@ Its progress is `TermState` (termstate.py); what the gateways hear is `Outgoing`
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 import socket
 import uuid
@@ -154,6 +155,7 @@ class TermLeader:
             may_claim, observed = await self._start_decision()
         if not may_claim and not await self._promoted():
             return None
+        began = time.monotonic()
         while True:
             try:
                 # Pods starting together all see "unclaimed": each claims the first term
@@ -173,15 +175,24 @@ class TermLeader:
                 self._state.standby(str(e))
                 if not await self._promoted():
                     return None
+        claimed_at = time.monotonic()
         self._lease.hold(claimed.term, leader_id)
         self._state.opening(claimed.term)
         term = await open_term(self._store, claimed, self._config.persister, fence=not renewing)
+        opened_at = time.monotonic()
         index = await self._index_and_load_window(term)
         self._state.opened(term)
         self._outgoing.start_term(term, index)
         TERM.set(term.term)
         log.info(
-            "leading term %d as %s from version %d", term.term, leader_id, term.last_version + 1
+            "leading term %d as %s from version %d (claimed in %.2f s, recovered in %.2f s, "
+            "index and request ids in %.2f s)",
+            term.term,
+            leader_id,
+            term.last_version + 1,
+            claimed_at - began,
+            opened_at - claimed_at,
+            time.monotonic() - opened_at,
         )
         return term
 

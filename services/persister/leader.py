@@ -16,9 +16,9 @@ Its progress is `TermState` (termstate.py); what the gateways hear is `Outgoing`
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
 import socket
+import time
 import uuid
 from pathlib import Path
 

@@ -6,9 +6,13 @@
 2. `open_term`: after recovery, write the empty opening batch at the first gap. A number
    already taken by an older term is skipped; that batch is still valid and raises the
    starting version. A newer term there means this leader was deposed before it began.
-3. Then fill the next FENCE_LENGTH numbers with empty fence batches. A deposed leader can
-   only still be writing inside that window, so data batches never collide with its late
-   writes and never need renumbering (which would break version order).
+3. Then fill the numbers after the opening with empty fence batches, one fewer than the
+   most batches any earlier leader could have in flight (the prior claim's `in_flight`,
+   carried from claim to claim). A deposed leader's oldest batch not yet durable is at or
+   before our opening, and the window rule keeps its newest within that many numbers of
+   it, so it can only still be writing inside the fence: data batches never collide with
+   its late writes and never need renumbering (which would break version order). A first
+   term has no one to fence.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Claim:
     term: Term
     prior_term: Term | None
     leader_id: str
+    fence: int = recovery.FENCE_LENGTH  # fence batches the opening writes after itself
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Holder:
 
     term: Term | None
     pod: str | None
+    #: The claim's `in_flight` (0: nothing claimed, no one to fence; None: not read yet).
+    in_flight: int | None = None
 
 
 async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Holder:
@@ -62,8 +69,9 @@ async def newest_claim_holder(store: BlobStore, config: PersisterConfig) -> Hold
     operator's deletion claim (or vanished under its purge)."""
     newest = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
     if newest is None:
-        return Holder(None, None)
-    return Holder(newest, (await _to_follow(store, newest, config)).pod)
+        return Holder(None, None, 0)
+    found = await _to_follow(store, newest, config)
+    return Holder(newest, found.pod, found.in_flight)
 
 
 async def _to_follow(store: BlobStore, prior: Term, config: PersisterConfig) -> claims.TermClaim:
@@ -81,19 +89,21 @@ async def claim(
     """Claim the term after the newest one. With `observed` (the claim a candidate decided
     on), the term after that one: if anyone claimed since, that term is taken and this
     candidate loses instead of deposing a leader that started a moment earlier."""
-    if observed is None:
-        prior = await with_retries(lambda: recovery.newest_claim(store), config, "list terms")
-        if prior is not None:
-            # No term after the operator's deletion claim (one GET; claims are rare).
-            await _to_follow(store, prior, config)
-    else:
-        prior = observed.term  # newest_claim_holder refused a deletion claim already
-    term = claims.next_term(prior)
-    mine = claims.TermClaim(term, leader_id, pod_name, now_ms())
+    # The prior claim (one GET; claims are rare): no term after the operator's deletion
+    # claim, and how many batches its leader and those before could have in flight.
+    holder = observed or await newest_claim_holder(store, config)
+    if holder.in_flight is None and holder.term is not None:
+        holder = Holder(
+            holder.term, holder.pod, (await _to_follow(store, holder.term, config)).in_flight
+        )
+    prior_in_flight = holder.in_flight or 0
+    term = claims.next_term(holder.term)
+    in_flight = max(config.max_in_flight_requests, prior_in_flight)
+    mine = claims.TermClaim(term, leader_id, pod_name, now_ms(), in_flight=in_flight)
     # A retried PUT whose first attempt landed (its answer lost) finds our own claim.
     if not await with_retries(lambda: claims.write(store, mine), config, "claim term"):
         raise LostClaim(f"term {term} was claimed by another candidate")
-    return Claim(term, prior, leader_id)
+    return Claim(term, holder.term, leader_id, fence=max(prior_in_flight - 1, 0))
 
 
 async def open_term(
@@ -123,9 +133,9 @@ async def open_term(
         if newest is None or not layout.is_newer_term(newest, taken.term):
             last_version, newest = max(last_version, taken.last_version), taken.term
         number = BatchNumber(number - 1)
-    fenced = recovery.FENCE_LENGTH if fence else 0
+    fenced = claimed.fence if fence else 0
     if fenced:
-        await _fence(store, claimed, opening, config)
+        await _fence(store, claimed, opening, fenced, config)
     first_data = BatchNumber(number - fenced - 1)
     return OpenedTerm(claimed.term, claimed.leader_id, number, first_data, last_version)
 
@@ -143,7 +153,11 @@ async def _put_or_read(
 
 
 async def _fence(
-    store: BlobStore, claimed: Claim, opening: batchfile.Batch, config: PersisterConfig
+    store: BlobStore,
+    claimed: Claim,
+    opening: batchfile.Batch,
+    length: int,
+    config: PersisterConfig,
 ) -> None:
     # Fence batches are not data: the window rule does not apply, only how many requests
     # the store takes at once.
@@ -163,5 +177,5 @@ async def _fence(
         if taken is not None and layout.is_newer_term(taken.term, claimed.term):
             raise Deposed(f"term {taken.term} wrote batch {number} inside our fence")
 
-    numbers = range(opening.batch - 1, opening.batch - recovery.FENCE_LENGTH - 1, -1)
+    numbers = range(opening.batch - 1, opening.batch - length - 1, -1)
     await asyncio.gather(*(fence_one(BatchNumber(n)) for n in numbers))

@@ -37,14 +37,18 @@ def test_history_survives_restarts_and_truncation_is_reported(
     assert httpx.put(f"{first.url}/v1/retention/keep", json={"version": 5}).status_code == 200
     assert first.stop() == 0
 
-    second = ProcessSet(f"dir:{data}", port, run_dir).start()
+    # With a window of 1000 the next leader fences 999 numbers: garbage collection never
+    # deletes one of the newest 1000 batches, and the truncation below must not either.
+    wide = tmp_path / "wide.toml"
+    wide.write_text("[persister]\nmax_in_flight_requests = 1000\n")
+    second = ProcessSet(f"dir:{data}", port, run_dir, ["--config", str(wide)]).start()
     # Not in the new term's memory: answered from the store.
     assert status(second.url, old["request_id"])["version"] == old["version"]
     assert httpx.get(f"{second.url}/v1/retention/keep").json()["version"] == 5
     assert httpx.put(f"{second.url}/v1/retention/keep", json={"version": 4}).status_code == 409
     kept = commit(second.url, "restart-kept-request-0001")
     assert second.stop() == 0
-    third = ProcessSet(f"dir:{data}", port, run_dir).start()  # 1000 more batches after `kept`
+    third = ProcessSet(f"dir:{data}", port, run_dir).start()  # 1000 batches after `kept`
     assert third.stop() == 0
 
     # What garbage collection does (weaseldb.core.gc): write the log-start marker at the batch

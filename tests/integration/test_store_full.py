@@ -119,7 +119,7 @@ def run_through_a_full_store(cluster: ProcessSet, fs: SmallFilesystem) -> None:
 
 @pytest.fixture
 def tmpfs_data(tmp_path: Path) -> Iterator[SmallFilesystem]:
-    # A first term writes ~1,000 fence batches (a 4 KiB page each on tmpfs).
+    # 24 MB: room for the log of a few thousand commits (a 4 KiB page per batch on tmpfs).
     with small_filesystem(tmp_path / "data", 24) as fs:
         yield fs
 

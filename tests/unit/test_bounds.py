@@ -59,7 +59,9 @@ def test_answers_waiting_behind_a_stuck_batch_stop_the_input(
     inner = MemoryStore()
 
     async def hold(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(NUMBER_TOP - 1000)):
+        if op == "put_if_absent" and key == layout.batch_key(
+            BatchNumber(NUMBER_TOP - 1)
+        ):  # first data
             await asyncio.Event().wait()
 
     async def scenario() -> tuple[int, bool]:

@@ -268,7 +268,8 @@ def test_architecture_numbers() -> None:
     stated(
         doc,
         f"LIST of at most {types.MAX_IN_FLIGHT_LIMIT} batch keys",
-        f"the next {recovery.FENCE_LENGTH} numbers with empty fence batches",
+        f"`max_in_flight_requests` of any earlier leader (at most {recovery.FENCE_LENGTH};",
+        f"(a claim without the field counts as {types.MAX_IN_FLIGHT_LIMIT}; a first term",
         f"waits up to {seconds(assembly.RING_ASSEMBLY_S)} for the sequencer's",
         f"speaks to every worker at least every {seconds(leader.HEARTBEAT_S)}",
         f"every {seconds(fullness.PROBE_INTERVAL_S)} (`services/persister/fullness.py`, "

@@ -21,7 +21,7 @@ from services.persister.leadership import (
 from services.persister.release import Slot
 from services.persister.watch import watch_terms
 from tests.support.faults import FaultyStore, fail_times
-from weaseldb.core import batchfile, history, layout, recovery
+from weaseldb.core import batchfile, claims, history, layout, recovery
 from weaseldb.core.batchfile import BatchKind
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.errors import Deposed, StoreUnavailable, TransientError
@@ -33,6 +33,7 @@ from weaseldb.runtime.stores.memory import MemoryStore
 T = TypeVar("T")
 FAST = PersisterConfig(retry_base_delay_ms=1, batch_timeout_ms=1, max_in_flight_requests=5)
 TOP = NUMBER_TOP
+FIRST_DATA = TOP - 1  # a first term fences nothing: its data follow its opening at once
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -82,16 +83,57 @@ async def write_versions(store: BlobStore, term: OpenedTerm, versions: list[int]
 # Claims and opening
 
 
-def test_first_leader_opens_at_the_top_and_fences_the_next_999() -> None:
+def test_first_leader_opens_at_the_top_and_fences_nothing() -> None:
     store = MemoryStore()
     term = run(lead(store))
     assert (term.term, term.opening_batch, term.last_version) == (TOP, TOP, 0)
-    assert term.next_number == TOP - 1000
-    kinds = [
-        batchfile.decode(store.objects[layout.batch_key(BatchNumber(TOP - i))]).kind
-        for i in range(1000)
+    assert term.next_number == FIRST_DATA
+    assert [batchfile.decode(b).kind for b in store.objects.values() if b[:1] != b"{"] == [
+        BatchKind.OPENING
     ]
-    assert kinds[0] == BatchKind.OPENING and set(kinds[1:]) == {BatchKind.FENCE}
+
+
+def kinds_after(store: MemoryStore, opening: int) -> list[str]:
+    """The kinds of the batches from `opening` on, until the first gap."""
+    found = []
+    number = opening
+    while (key := layout.batch_key(BatchNumber(number))) in store.objects:
+        found.append(batchfile.decode(store.objects[key]).kind)
+        number -= 1
+    return found
+
+
+def test_the_fence_is_as_long_as_any_earlier_leader_could_have_batches_in_flight() -> None:
+    """A leader may have max_in_flight_requests batches in flight; the next leader fences
+    one fewer numbers after its opening. Each claim carries the largest window so far, so
+    a leader with a small window still fences for a larger one before it."""
+
+    async def scenario() -> list[tuple[int, int]]:
+        store = MemoryStore()
+        fences = []
+        for name, window in (("a", 7), ("b", 3), ("c", 5), ("d", 5)):
+            config = PersisterConfig(retry_base_delay_ms=1, max_in_flight_requests=window)
+            term = await lead(store, name, config)
+            kinds = kinds_after(store, term.opening_batch)
+            assert kinds[0] == BatchKind.OPENING and set(kinds[1:]) <= {BatchKind.FENCE}
+            assert term.next_number == term.opening_batch - len(kinds)
+            fences.append((len(kinds) - 1, (await claims.read(store, term.term)).in_flight))
+        return fences
+
+    # (fence batches written, the claim's in_flight): a has no one before it; b fences
+    # for a's 7; c and d still for a's 7, though b's and their own windows are smaller.
+    assert run(scenario()) == [(0, 7), (6, 7), (6, 7), (6, 7)]
+
+
+def test_a_claim_from_before_in_flight_was_recorded_means_the_longest_fence() -> None:
+    async def scenario() -> int:
+        store = MemoryStore()
+        old = b'{"term": %d, "leader_id": "x", "pod": "p", "started_at_ms": 3}' % TOP
+        await store.put_if_absent(layout.term_key(Term(TOP)), old)
+        term = await lead(store, "new")
+        return term.opening_batch - term.next_number - 1
+
+    assert run(scenario()) == recovery.FENCE_LENGTH == 999
 
 
 def test_concurrent_candidates_one_wins_the_claim() -> None:
@@ -128,10 +170,10 @@ def test_a_candidate_that_decided_on_an_older_claim_loses_instead_of_deposing() 
         return seen_by_b, a, b, await newest_claim_holder(store, FAST)
 
     seen_by_b, a, b, newest = run(scenario())
-    assert seen_by_b == Holder(None, None)
+    assert seen_by_b == Holder(None, None, 0)
     assert a.term == TOP
     assert isinstance(b, LostClaim)
-    assert newest == Holder(Term(TOP), "a")
+    assert newest == Holder(Term(TOP), "a", FAST.max_in_flight_requests)
 
 
 def test_next_leader_continues_versions_and_numbers_after_recovery() -> None:
@@ -218,7 +260,7 @@ def test_batches_are_released_in_order_even_when_they_land_out_of_order() -> Non
     gate = asyncio.Event()
 
     async def hold_first_batch(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(TOP - 1000)):
+        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(FIRST_DATA)):
             await gate.wait()
 
     async def scenario() -> Harness:
@@ -234,7 +276,8 @@ def test_batches_are_released_in_order_even_when_they_land_out_of_order() -> Non
 
     harness = run(scenario())
     assert harness.released_versions() == [1, 2, 3]
-    assert [s.number for s in harness.released] == [TOP - 1000, TOP - 1001, TOP - 1002]
+    first = FIRST_DATA
+    assert [s.number for s in harness.released] == [first, first - 1, first - 2]
 
 
 def test_transient_failures_are_retried_then_succeed() -> None:
@@ -374,7 +417,7 @@ def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_lis
     inner = MemoryStore()
 
     async def hold_forever(op: str, key: str) -> None:
-        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(TOP - 1000)):
+        if op == "put_if_absent" and key == layout.batch_key(BatchNumber(FIRST_DATA)):
             await asyncio.Event().wait()
 
     async def old_leader() -> int:
@@ -388,13 +431,13 @@ def test_a_stuck_batch_holds_back_numbering_so_recovery_finds_its_gap_in_one_lis
         return harness.engine.window_used  # the process then dies with N in flight
 
     assert run(old_leader()) == config.max_in_flight_requests
-    assert layout.batch_key(BatchNumber(TOP - 1000)) not in inner.objects
+    assert layout.batch_key(BatchNumber(FIRST_DATA)) not in inner.objects
 
     counting = FaultyStore(inner)
 
     async def new_leader() -> list[int]:
         term = await lead(counting, "new", config)
-        assert term.opening_batch == TOP - 1000  # the gap, not past it
+        assert term.opening_batch == FIRST_DATA  # the gap, not past it
         await write_versions(inner, term, [1, 2, 3])
         return [t.version for t in await history.committed_transactions(inner)]
 

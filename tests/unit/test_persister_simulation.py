@@ -32,6 +32,7 @@ from weaseldb.runtime.stores.memory import MemoryStore
 CONFIG = PersisterConfig(
     batch_timeout_ms=0.1, retry_base_delay_ms=0.1, max_retry_attempts=3, max_in_flight_requests=4
 )
+WINDOWS = st.integers(1, 6)  # max_in_flight_requests of each leader
 
 
 @dataclass
@@ -106,6 +107,7 @@ class PersisterSimulation(RuleBasedStateMachine):
         self.late_puts: list[PendingPut] = []  # a crashed leader's PUTs still on the wire
         self.failed: set[int] = set()
         self.engine: Engine | None = None
+        self.config = CONFIG
         self.term: OpenedTerm | None = None
         self.decoded: dict[int, batchfile.Batch] = {}
 
@@ -126,20 +128,23 @@ class PersisterSimulation(RuleBasedStateMachine):
     def run(self, seconds: float = 0.002) -> None:
         self.loop.run_until_complete(asyncio.sleep(seconds))
 
-    @initialize()
-    def lead(self) -> None:
+    @initialize(window=WINDOWS)
+    def lead(self, window: int) -> None:
+        """A new leader; each has its own max_in_flight_requests (a config change between
+        restarts), so the fence must cover the largest window of any earlier leader."""
         self.store.automatic = True
+        self.config = CONFIG.model_copy(update={"max_in_flight_requests": window})
 
         async def become_leader() -> OpenedTerm:
-            claimed = await claim(self.store, leader_id="sim", pod_name="sim", config=CONFIG)
-            return await open_term(self.store, claimed, CONFIG)
+            claimed = await claim(self.store, leader_id="sim", pod_name="sim", config=self.config)
+            return await open_term(self.store, claimed, self.config)
 
         self.term = self.loop.run_until_complete(become_leader())
         self._land_late_puts()
         self.released_this_term = []
         self.next_version = max(self.next_version, self.term.last_version + 1)
         self.engine = Engine(
-            self.store, CONFIG, self.term, on_release=self._released, on_fail=self._failed
+            self.store, self.config, self.term, on_release=self._released, on_fail=self._failed
         )
         self.store.automatic = False
 
@@ -187,8 +192,8 @@ class PersisterSimulation(RuleBasedStateMachine):
         self.store.answer(index, outcome)
         self.run()
 
-    @rule(fates=st.lists(st.sampled_from(["lands", "lost", "late"]), max_size=8))
-    def crash_and_recover(self, fates: list[str]) -> None:
+    @rule(fates=st.lists(st.sampled_from(["lands", "lost", "late"]), max_size=8), window=WINDOWS)
+    def crash_and_recover(self, fates: list[str], window: int) -> None:
         """The process dies: each in-flight PUT lands now, never, or late (after the next
         leader has opened and fenced its term); then a new leader recovers."""
         for i, put in enumerate(list(self.store.pending)):
@@ -202,7 +207,7 @@ class PersisterSimulation(RuleBasedStateMachine):
         self.store.pending.clear()
         self._stop_tasks()
         self.check_recovery()
-        self.lead()
+        self.lead(window)
 
     def _land_late_puts(self) -> None:
         """A deposed leader's writes arriving after the new term is fenced: create-only, so
@@ -255,11 +260,18 @@ class PersisterSimulation(RuleBasedStateMachine):
     def window_rule_holds(self) -> None:
         if self.engine is not None and self.engine.failure is None:
             # (A failed engine drops its slots; PUTs still on the wire no longer matter.)
-            assert self.engine.window_used <= CONFIG.max_in_flight_requests
+            assert self.engine.window_used <= self.config.max_in_flight_requests
             assert self.engine.in_flight <= self.engine.window_used
+
+    @invariant()
+    def no_late_write_lands_past_the_fence(self) -> None:
+        """A deposed leader's late write never takes a number the new leader writes data
+        at (the engine would refuse to renumber and fail)."""
+        failure = self.engine.failure if self.engine is not None else None
+        assert "older term" not in str(failure)
 
 
 PersisterSimulation.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=25, deadline=None
+    max_examples=400, stateful_step_count=25, deadline=None
 )
 TestPersisterSimulation = PersisterSimulation.TestCase

@@ -18,7 +18,7 @@ import orjson
 from weaseldb.core import layout
 from weaseldb.core.errors import AlreadyExists, NotFound
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import NUMBER_TOP, Term
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, NUMBER_TOP, Term
 
 
 class DatabaseDeleted(Exception):
@@ -33,6 +33,11 @@ class TermClaim:
     started_at_ms: int
     #: Written by the operator before it purges the prefix: the last claim ever.
     deletion: bool = False
+    #: The largest `persister.max_in_flight_requests` of this claimant and of every one
+    #: before it: no leader of an earlier term can have more batches in flight, so the
+    #: next leader's fence need not be longer (services/persister/leadership.py). A
+    #: claim written before the field existed counts as the limit.
+    in_flight: int = MAX_IN_FLIGHT_LIMIT
 
     def encode(self) -> bytes:
         document: dict[str, Any] = {
@@ -40,6 +45,7 @@ class TermClaim:
             "leader_id": self.leader_id,
             "pod": self.pod,
             "started_at_ms": self.started_at_ms,
+            "in_flight": self.in_flight,
         }
         if self.deletion:  # absent otherwise: claims stay what older readers expect
             document["deletion"] = True
@@ -56,9 +62,17 @@ class TermClaim:
                 pod=str(document.get("pod", "")),
                 started_at_ms=int(document.get("started_at_ms", 0)),
                 deletion=document.get("deletion") is True,
+                in_flight=_in_flight(document.get("in_flight")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a term claim: {type(e).__name__}: {e}") from e
+
+
+def _in_flight(value: object) -> int:
+    """A claim's `in_flight`; anything but a number in 1..limit counts as the limit."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return min(value, MAX_IN_FLIGHT_LIMIT)
+    return MAX_IN_FLIGHT_LIMIT
 
 
 def next_term(prior: Term | None) -> Term:

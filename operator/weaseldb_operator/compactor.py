@@ -60,6 +60,7 @@ class CompactionLoop:
         self._kube = kube
         self._stores = stores
         self._lag: dict[str, tuple[float, int | None, int]] = {}  # uid -> (at, version, n)
+        self._failing: dict[str, str] = {}  # uid -> the error last logged
 
     async def observe(
         self, db: Database, body: dict[str, Any]
@@ -67,14 +68,20 @@ class CompactionLoop:
         """Conditions and status fields to write (empty when nothing changes). A failing
         Kubernetes call is reported in the condition; it never stops the observer."""
         try:
-            return await self._observe(db, body)
+            observed = await self._observe(db, body)
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.warning("%s/%s: compaction: %s", db.namespace, db.name, e)
+            # The observer comes back every second: one line per new error, not per pass.
+            if self._failing.get(db.uid) != str(e):
+                log.warning("%s/%s: compaction: %s", db.namespace, db.name, e)
+            self._failing[db.uid] = str(e)
             message = f"cannot list or create SparkApplications: {e}"
             unavailable = Condition(
                 Type.COMPACTION_HEALTHY, "Unknown", Reason.SPARK_UNAVAILABLE, message[:1000]
             )
             return [unavailable], {}
+        if self._failing.pop(db.uid, None) is not None:
+            log.info("%s/%s: compaction: the Kubernetes API answers again", db.namespace, db.name)
+        return observed
 
     async def _observe(
         self, db: Database, body: dict[str, Any]

@@ -41,8 +41,8 @@ def test_a_refused_list_is_logged_once_and_reported_every_pass(
     loop = CompactionLoop(kube, stores=None)  # type: ignore[arg-type]
     db = database_from(BODY)
 
-    async def passes(count: int) -> list[str]:
-        reasons = []
+    async def passes(count: int) -> list[Reason]:
+        reasons: list[Reason] = []
         for _ in range(count):
             conditions, status = await loop.observe(db, BODY)
             assert status == {}

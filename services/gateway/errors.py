@@ -11,6 +11,8 @@ Anything outside the tree is a bug: 500, and its traceback is logged.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request, Response
@@ -51,6 +53,36 @@ STORE_FULL = "store_full"
 OVERLOADED = "overloaded"
 #: Seconds a client should wait before it tries a 503 again.
 RETRY_AFTER = "1"
+
+
+class QuietLog:
+    """A warning per distinct message, then at most one every `interval_s` saying how many
+    were left out: a standby, a stopping worker or a lost leader refuses every request,
+    thousands a second under load, and the log must still show what else happened."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}  # message -> when it was last logged
+        self._left_out: dict[str, int] = {}
+
+    def warn(self, message: str) -> None:
+        now = self._clock()
+        last = self._last.get(message)
+        if last is not None and now - last < self._interval_s:
+            self._left_out[message] = self._left_out.get(message, 0) + 1
+            return
+        if len(self._last) > 1000:  # messages carry ids at times: keep the table small
+            self._last.clear()
+            self._left_out.clear()
+        self._last[message] = now
+        left_out = self._left_out.pop(message, 0)
+        if left_out:
+            message = f"{message} (and {left_out} more like it)"
+        log.warning("%s", message)
+
+
+_UNAVAILABLE_LOG = QuietLog()
 
 
 @dataclass(frozen=True)
@@ -143,7 +175,7 @@ def render(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
     extra = {"reason": answer.reason, **error.extra} if answer.reason else error.extra
     # A full store can refuse thousands of requests a second; the persister logs it once.
     if answer.status == 503 and extra.get("reason") != STORE_FULL:
-        log.warning("503 %s: %s", answer.code, error.message)
+        _UNAVAILABLE_LOG.warn(f"503 {answer.code}: {error.message}")
     code = error.code if isinstance(error, BadRequest) else answer.code
     if answer.retry:
         headers.append((b"retry-after", RETRY_AFTER.encode()))

@@ -38,6 +38,9 @@ def test_chart_installs_the_operator(weaseldb_operator: KindCluster) -> None:
     assert pod["spec"]["containers"][0]["image"] == "weaseldb:dev"
     assert containers_ready(pod)
     assert cluster.kubectl("get", "crd", "weaseldbs.weaseldb.io", "-o", "name").strip()
+    # The chart grants what kopf reads at start (no LIST refused, retried and warned of).
+    logs = cluster.kubectl("-n", OPERATOR_NAMESPACE, "logs", "deployment/weaseldb-operator")
+    assert "Not enough permissions" not in logs and "APIForbiddenError" not in logs, logs[-3000:]
 
 
 def test_example_weaseldb_with_two_replicas_becomes_ready(

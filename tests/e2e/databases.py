@@ -204,5 +204,4 @@ def wait_standby_back(cluster: KindCluster, namespace: str, name: str) -> None:
 
 def kill_pod(cluster: KindCluster, pod: dict[str, Any]) -> None:
     """SIGKILL every container of the pod at once (a crash of everything it runs)."""
-    for status in pod["status"]["containerStatuses"]:
-        cluster.kill_container(pod, status["name"])
+    cluster.kill_containers(pod, [s["name"] for s in pod["status"]["containerStatuses"]])

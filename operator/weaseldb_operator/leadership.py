@@ -46,6 +46,10 @@ class Claim:
 #: term's leader answers `starting` while it recovers, so a promoted standby gets the time
 #: its recovery needs without being failed over in turn.
 HOLDING = frozenset({Role.LEADER, Role.STARTING})
+#: A probe that timed out counts against the leader only once its lease has also been
+#: unchanged this long (or leaderFailoverSeconds, if longer). The lease is renewed every
+#: second, and a busy leader renews late: a second or two of quiet is no evidence.
+LEASE_QUIET_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class LeaseSeen:
     """What the operator saw of the claim's lease (weaseldb.core.lease)."""
 
     expired: bool = False  # renewed before, unchanged for persister.lease_timeout_s
-    quiet: bool = False  # renewed before, unchanged for leaderFailoverSeconds
+    quiet: bool = False  # renewed before, unchanged for leaderFailoverSeconds or LEASE_QUIET_S
 
 
 def holds(claim: Claim, pods: list[PodView], lease: LeaseSeen = LeaseSeen()) -> bool:

@@ -32,6 +32,7 @@ from weaseldb_operator.edits import refused_by
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.lastvalid import LastValidSpecs
 from weaseldb_operator.leadership import (
+    LEASE_QUIET_S,
     Claim,
     Decision,
     LeaseSeen,
@@ -159,7 +160,8 @@ class Observer:
         watch = self._leases.setdefault(db.uid, LeaseWatch(timeout))
         now = time.monotonic()
         expired = watch.observe(Term(claim.term_number), lease, now) and lease is not None
-        quiet = lease is not None and watch.silent_for(now) >= db.leader_failover_seconds
+        quiet_for = max(db.leader_failover_seconds, LEASE_QUIET_S)
+        quiet = lease is not None and watch.silent_for(now) >= quiet_for
         return LeaseSeen(expired=expired, quiet=quiet)
 
     def _decide(

@@ -201,7 +201,7 @@ STOP_LINGER_S = 5.0
 
 
 def lease_timeout_for(spec: dict[str, Any]) -> float:
-    return float(int(spec.get("leaderFailoverSeconds", 2)) + LEASE_GRACE_S)
+    return float(int(spec.get("leaderFailoverSeconds", 1)) + LEASE_GRACE_S)
 
 
 def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
@@ -347,7 +347,7 @@ def database_from(body: dict[str, Any]) -> Database:
         image=spec.get("image", "ghcr.io/weaseldb/weaseldb:0.1.0"),
         image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
         deletion_policy=spec.get("deletionPolicy", "Retain"),
-        leader_failover_seconds=int(spec.get("leaderFailoverSeconds", 2)),
+        leader_failover_seconds=int(spec.get("leaderFailoverSeconds", 1)),
         leader_not_ready_seconds=int(spec.get("leaderNotReadySeconds", 30)),
         target_leader=_target_leader(meta["name"], spec),
         paused=bool(spec.get("paused", False)),

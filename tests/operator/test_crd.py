@@ -24,7 +24,7 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
     spec = control_plane.get("weaseldb", "defaults", "-n", namespace)["spec"]
     assert spec["replicas"] == 1
     assert spec["deletionPolicy"] == "Retain"
-    assert spec["leaderFailoverSeconds"] == 2
+    assert spec["leaderFailoverSeconds"] == 1
     assert spec["leaderNotReadySeconds"] == 30
     assert spec["paused"] is False
     assert spec["pipeline"]["maxInFlightRequests"] == 50

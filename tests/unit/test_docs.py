@@ -458,6 +458,7 @@ def test_operator_numbers() -> None:
         f"{ports.gateway} gateway, {ports.sequencer} sequencer, {ports.resolver} resolver, "
         f"{ports.persister} persister",
         f"(the operator renders {constant('spec', 'STOP_LINGER_S'):g} s)",
+        f"`leaderFailoverSeconds` or {constant('leadership', 'LEASE_QUIET_S'):g} s",
         f"{config.PersisterConfig().max_in_flight_requests - 1} at the S3 default",
     )
 

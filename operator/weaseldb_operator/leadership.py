@@ -90,7 +90,9 @@ class Decision:
 
 
 def _labels(pods: list[PodView], leader_pod: str | None) -> dict[str, str]:
-    wanted = {p.name: LEADER if p.name == leader_pod else STANDBY for p in pods if not p.deleting}
+    # A pod being deleted never leads again; it loses the label at once, as the client
+    # Service routes by the label alone (resources.gateway_service_for).
+    wanted = {p.name: LEADER if p.name == leader_pod and not p.deleting else STANDBY for p in pods}
     changes = [(name, role) for name, role in wanted.items() if role != _role_of(pods, name)]
     # Demotions first: the Service never selects two leaders between two label patches.
     return dict(sorted(changes, key=lambda change: change[1] == LEADER))

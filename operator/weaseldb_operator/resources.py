@@ -260,13 +260,19 @@ def statefulset_for(db: Database, leader_pod: str | None = None) -> dict[str, An
 
 
 def gateway_service_for(db: Database) -> dict[str, Any]:
-    """The client endpoint: selects only the pod the operator labelled leader."""
+    """The client endpoint: selects only the pod the operator labelled leader, Ready or
+    not. The label is what routes: a new leader takes clients the moment it serves, not a
+    readiness probe and an endpoint update later, and while it recovers (or a dead
+    leader still carries the label for a pass) a client is refused at once, 503
+    not_leader or a reset, instead of its connection attempts being dropped for want of
+    a Ready endpoint and retried on TCP's backoff (1, 3, 7 s...)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(db, db.name),
         "spec": {
             "type": db.gateway_service_type,
+            "publishNotReadyAddresses": True,
             "selector": {**selector_labels(db), ROLE_LABEL: LEADER},
             "ports": [
                 {"name": "http", "port": port_of(db, Stage.GATEWAY), "targetPort": Stage.GATEWAY}

@@ -65,6 +65,12 @@ def test_a_stopping_gateway_lingers_past_its_endpoint_going_not_serving() -> Non
     assert pod["terminationGracePeriodSeconds"] > grace
 
 
+def test_the_client_service_routes_by_the_leader_label_alone() -> None:
+    service = gateway_service_for(database_from(body()))["spec"]
+    assert service["selector"][ROLE_LABEL] == "leader"
+    assert service["publishNotReadyAddresses"] is True
+
+
 def test_statefulset_runs_the_ring_in_one_pod() -> None:
     db = database_from(
         body(

@@ -202,6 +202,15 @@ def test_the_old_leader_loses_its_label_before_the_new_one_gets_it() -> None:
     assert list(decision.labels.items()) == [("orders-1", "standby"), ("orders-0", "leader")]
 
 
+def test_a_leader_pod_being_deleted_loses_its_label_at_once() -> None:
+    """The client Service routes by the label alone, Ready or not: a pod that is going
+    must not keep taking clients while a standby is promoted."""
+    pods = [leader(role="leader", deleting=True), standby(role="standby")]
+    decision = decided(pods)
+    assert decision.labels == {"orders-0": "standby"}
+    assert decision.promote == "orders-1"
+
+
 def test_scale_down_keeps_the_leaders_ordinal_until_it_moved() -> None:
     db = database_from(
         {

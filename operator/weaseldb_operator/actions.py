@@ -117,8 +117,11 @@ class Actions:
         await self._kube.event(
             body, reason, f"asked standby {name} to claim term {claim.term + 1}: {why}"
         )
+        # Only the term right after the one judged dead: if the old leader's pod claimed
+        # again meanwhile (its containers restarted), the standby must not depose it.
+        promote = f"{url}/promote?after_term={claim.term_number}"
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._http.post(f"{url}/promote", headers=self._admin_headers) as response:
+            async with self._http.post(promote, headers=self._admin_headers) as response:
                 log.info("%s/%s: /promote answered %s", db.namespace, db.name, response.status)
                 if response.status == 401:
                     await self._token_refused(pod)

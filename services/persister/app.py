@@ -23,8 +23,9 @@ import contextlib
 import functools
 import logging
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Query, Response
 from prometheus_client import Counter
 
 from services.persister.answers import Answers
@@ -36,10 +37,11 @@ from services.persister.lease import LeaseRenewer
 from services.persister.outboxes import WorkerQueues
 from services.persister.outgoing import Outgoing
 from services.persister.termstate import Signal, TermState
-from weaseldb.core import channels
+from weaseldb.core import channels, claims
 from weaseldb.core.config import Config
+from weaseldb.core.errors import JSON_MEDIA_TYPE, error_body
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import Stage
+from weaseldb.core.types import NUMBER_TOP, Stage, Term
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import AdminDoor, Health, HttpServer, stage_app
 from weaseldb.runtime.stores.metered import MeteredStore
@@ -119,8 +121,8 @@ class PersisterStage:
         if self.state.term is None:
             stop()
 
-    def promote(self) -> None:
-        self.state.raise_signal(Signal.PROMOTE)
+    def promote(self, after: Term | None = None) -> None:
+        self.state.promote(after)
 
 
 def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
@@ -135,8 +137,23 @@ def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage,
         summary="Let a standby claim the next term (admin token when configured)",
         dependencies=[Depends(door)],
     )
-    async def promote() -> dict[str, str]:
-        stage.promote()
-        return {"status": "promoting"}
+    async def promote(
+        after_term: Annotated[
+            int | None,
+            Query(
+                ge=0,
+                le=NUMBER_TOP,
+                description="The term the caller judged dead: claim only the one right after "
+                "it, so a leader that claimed in the meantime (its pod restarted) is not "
+                "deposed. Without it, the term after the newest.",
+            ),
+        ] = None,
+    ) -> Response:
+        if after_term is not None and not await claims.exists(metered, Term(after_term)):
+            # A wrong term would make the standby claim after a term no one holds.
+            message = f"no claim of term {after_term} under terms/: nothing was promoted"
+            return Response(error_body("no_such_term", message), 409, media_type=JSON_MEDIA_TYPE)
+        stage.promote(Term(after_term) if after_term is not None else None)
+        return Response(b'{"status":"promoting"}', media_type=JSON_MEDIA_TYPE)
 
     return stage, app

@@ -47,7 +47,7 @@ from weaseldb.core.config import Config
 from weaseldb.core.errors import NotLeader, StoreFull
 from weaseldb.core.protocol import LeaderLost, Shutdown, TermStart
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import BatchNumber, Version
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.runtime.service import replace_file
 
 log = logging.getLogger("weaseldb.persister")
@@ -153,8 +153,10 @@ class TermLeader:
             may_claim, observed = True, Holder(previous.term, self._config.pod_name)
         else:
             may_claim, observed = await self._start_decision()
-        if not may_claim and not await self._promoted():
-            return None
+        if not may_claim:
+            if not await self._promoted():
+                return None
+            observed = self._after_promotion()
         began = time.monotonic()
         while True:
             try:
@@ -171,10 +173,10 @@ class TermLeader:
             except LostClaim as e:
                 if renewing:
                     raise NotLeader(f"another process claimed the next term: {e}") from e
-                observed = None  # a promotion claims the term after the newest by then
                 self._state.standby(str(e))
                 if not await self._promoted():
                     return None
+                observed = self._after_promotion()
         claimed_at = time.monotonic()
         self._lease.hold(claimed.term, leader_id)
         self._state.opening(claimed.term)
@@ -209,10 +211,18 @@ class TermLeader:
             self._state.claiming()
         return promoted
 
-    def _lease_expired(self, watch: asyncio.Task[str]) -> None:
+    def _after_promotion(self) -> Holder | None:
+        """What a promotion lets us claim: the term right after the one it judged dead
+        (if that one is taken, whoever took it leads, and we stand by again), or, when it
+        named none, the term after the newest by then."""
+        after = self._state.promoted_after
+        return None if after is None else Holder(after, None)
+
+    def _lease_expired(self, watch: asyncio.Task[tuple[Term, str]]) -> None:
         if not watch.cancelled() and watch.exception() is None:
-            log.warning("claiming the next term: %s", watch.result())
-            self._state.raise_signal(Signal.PROMOTE)
+            term, why = watch.result()
+            log.warning("claiming the next term: %s", why)
+            self._state.promote(term)
 
     async def _index_and_load_window(self, term: OpenedTerm) -> IndexWriter:
         persister = self._config.persister

@@ -91,9 +91,10 @@ class LeaseRenewer:
             log.warning("lease of term %s not renewed: %s", term, e)
 
 
-async def lease_expired(config: Config, store: BlobStore) -> str:
-    """Return once the newest term's lease has not changed for `lease_timeout_s`, with
-    why; never when the timeout is 0 (this standby waits for POST /promote only)."""
+async def lease_expired(config: Config, store: BlobStore) -> tuple[Term, str]:
+    """Return once the newest term's lease has not changed for `lease_timeout_s`: that
+    term, and why; never when the timeout is 0 (this standby waits for POST /promote
+    only)."""
     persister = config.persister
     if persister.lease_timeout_s == 0 or not uses_lease(config):
         await asyncio.Event().wait()
@@ -111,7 +112,10 @@ async def lease_expired(config: Config, store: BlobStore) -> str:
                 if expired and not held:
                     silent = watch.silent_for(time.monotonic())
                     by = lease_io.holder(lease) or "its leader"
-                    return f"the lease of term {term} ({by}) was not renewed for {silent:.1f}s"
+                    return (
+                        term,
+                        f"the lease of term {term} ({by}) was not renewed for {silent:.1f}s",
+                    )
         except (StoreError, OSError) as e:
             log.warning("cannot read the leader's lease: %s", e)
         await asyncio.sleep(persister.lease_renew_s)

@@ -14,6 +14,7 @@ from services.persister.engine import Engine
 from services.persister.leadership import OpenedTerm
 from weaseldb.core.channels import Role
 from weaseldb.core.protocol import TermStart
+from weaseldb.core.types import Term
 from weaseldb.runtime.service import Health
 
 
@@ -55,6 +56,8 @@ class TermState:
         self.engine: Engine | None = None  # the term's engine, while the term is served
         self.announcement: TermStart | None = None  # what the gateways were told
         self._signals = {signal: asyncio.Event() for signal in Signal}
+        #: The term the last promotion judged dead: claim only the one right after it.
+        self.promoted_after: Term | None = None
 
     # Signals
 
@@ -77,6 +80,11 @@ class TermState:
         """Wait until one of `signals` (or of the events `also`) is raised, or at most
         `at_most_s` seconds."""
         await _any_set((*(self._signals[s] for s in signals), *also), at_most_s=at_most_s)
+
+    def promote(self, after: Term | None) -> None:
+        """A standby may claim: the term after `after` (None: after the newest by then)."""
+        self.promoted_after = after
+        self.raise_signal(Signal.PROMOTE)
 
     async def promoted(self) -> bool:
         """Wait for a promotion; False when the process stops first."""

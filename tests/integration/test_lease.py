@@ -49,6 +49,15 @@ def refuses_commits(process_set: ProcessSet) -> bool:
         return False
 
 
+def reason(process_set: ProcessSet) -> str:
+    """What the set's persister says of itself (/readyz `reason`)."""
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{process_set.port + 3}/readyz", timeout=2)
+        return str(answer.json().get("reason"))
+    except httpx.HTTPError:
+        return ""
+
+
 def lease_of(store: str) -> Lease:
     """The newest term's lease (keys of newer terms sort first)."""
 
@@ -102,6 +111,41 @@ def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> No
         assert lease_of(store).pod == "db-1"  # the new leader renews its own term's lease
         wait_for(lambda: lease_count(store) == 1, what="the old term's lease deleted")
         assert "claiming the next term: the lease of term" in standby.log()
+    finally:
+        for process_set in (standby, leader):
+            if process_set.process and process_set.process.poll() is None:
+                process_set.kill()
+
+
+def test_a_promotion_after_a_term_that_was_claimed_again_deposes_no_one(tmp_path: Path) -> None:
+    """The race behind a SIGKILLed leader pod: its containers restart and, the newest claim
+    naming its pod, it claims the next term itself; a promotion the operator decided on
+    from the dead term arrives after that. Naming that term (after_term), the standby
+    claims only the term right after it, finds it taken and stays a standby: the restarted
+    leader keeps its term. (Without after_term it claimed after the newest, deposing it.)"""
+    data = tmp_path / "data"
+    store = f"dir:{data}"
+    leader = pod(tmp_path, store, "db-0", timeout_s=600).start()
+    standby = pod(tmp_path, store, "db-1", timeout_s=600).launch()
+    try:
+        wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        dead_term = lease_of(store).term
+        leader.kill()
+        leader.launch()  # the kubelet restarts the pod's containers: db-0 claims again
+        leader.wait_ready(60)
+        assert lease_of(store).term != dead_term
+
+        persister = f"http://127.0.0.1:{standby.port + 3}"
+        bogus = httpx.post(f"{persister}/promote", params={"after_term": dead_term - 1000})
+        assert bogus.status_code == 409 and bogus.json()["error"] == "no_such_term"
+        promoted = httpx.post(f"{persister}/promote", params={"after_term": dead_term})
+        assert promoted.status_code == 200
+        wait_for(lambda: "was claimed by another candidate" in reason(standby), 30,
+                 "the standby loses the claim")  # fmt: skip
+        assert role(standby) == "standby"
+        answer = httpx.post(f"{leader.url}/v1/commit", json=COMMIT).json()
+        assert answer["status"] == "committed", answer
+        assert "stops leading" not in leader.log()
     finally:
         for process_set in (standby, leader):
             if process_set.process and process_set.process.poll() is None:

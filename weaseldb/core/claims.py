@@ -99,6 +99,14 @@ async def to_follow(store: BlobStore, prior: Term) -> TermClaim:
     return found
 
 
+async def exists(store: BlobStore, term: Term) -> bool:
+    try:
+        await read(store, term)
+    except (NotFound, ValueError):
+        return False
+    return True
+
+
 async def write(store: BlobStore, claim: TermClaim) -> bool:
     """Create the claim object create-only: True when `claim` holds its term (also when a
     retried PUT finds its own earlier attempt), False when another claimant won it."""

@@ -177,6 +177,7 @@ class TermLeader:
                 if not await self._promoted():
                     return None
                 observed = self._after_promotion()
+                began = time.monotonic()  # the claim's own time, not the standby's wait
         claimed_at = time.monotonic()
         self._lease.hold(claimed.term, leader_id)
         self._state.opening(claimed.term)

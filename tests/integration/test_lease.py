@@ -32,12 +32,18 @@ def pod(tmp: Path, store: str, name: str, timeout_s: float = 2) -> ProcessSet:
     return ProcessSet(store, free_port_block(), short_run_dir(), ["--config", str(path)])
 
 
-def role(process_set: ProcessSet) -> str | None:
+def readyz(process_set: ProcessSet) -> dict[str, object]:
+    """What the set's persister says of itself (/readyz); empty while it does not answer."""
     try:
         answer = httpx.get(f"http://127.0.0.1:{process_set.port + 3}/readyz", timeout=2)
-        return str(answer.json().get("role"))
+        return dict(answer.json())
     except httpx.HTTPError:
-        return None
+        return {}
+
+
+def role(process_set: ProcessSet) -> str | None:
+    found = readyz(process_set).get("role")
+    return None if found is None else str(found)
 
 
 def refuses_commits(process_set: ProcessSet) -> bool:
@@ -47,15 +53,6 @@ def refuses_commits(process_set: ProcessSet) -> bool:
         return httpx.post(f"{process_set.url}/v1/commit", json=COMMIT).status_code == 503
     except httpx.HTTPError:
         return False
-
-
-def reason(process_set: ProcessSet) -> str:
-    """What the set's persister says of itself (/readyz `reason`)."""
-    try:
-        answer = httpx.get(f"http://127.0.0.1:{process_set.port + 3}/readyz", timeout=2)
-        return str(answer.json().get("reason"))
-    except httpx.HTTPError:
-        return ""
 
 
 def lease_of(store: str) -> Lease:
@@ -140,7 +137,8 @@ def test_a_promotion_after_a_term_that_was_claimed_again_deposes_no_one(tmp_path
         assert bogus.status_code == 409 and bogus.json()["error"] == "no_such_term"
         promoted = httpx.post(f"{persister}/promote", params={"after_term": dead_term})
         assert promoted.status_code == 200
-        wait_for(lambda: "was claimed by another candidate" in reason(standby), 30,
+        lost = "was claimed by another candidate"
+        wait_for(lambda: lost in str(readyz(standby).get("reason")), 30,
                  "the standby loses the claim")  # fmt: skip
         assert role(standby) == "standby"
         answer = httpx.post(f"{leader.url}/v1/commit", json=COMMIT).json()

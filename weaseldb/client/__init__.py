@@ -1,0 +1,1 @@
+"""The WeaselDB client library (see docs/client.md)."""

@@ -1,0 +1,206 @@
+"""The change stream as its consumers see it (pure: no framework, no I/O).
+
+Shared by everything that reads `/v1/subscribe` or serves it again: the gateway's
+server-side filters, the client's `subscribe` iterator, and the reader (which follows the
+leader's stream and re-serves it). Three pieces:
+- `SseParser`: Server-Sent Events frames from bytes as they arrive (the framing of
+  https://html.spec.whatwg.org/multipage/server-sent-events.html, minus `retry:`, which the
+  server never sends);
+- `ChangeEvent` / `Checkpoint` and `decode_frame`: the typed events, keys and values as
+  bytes;
+- `KeyFilter`: a `[begin, end)` range (or a prefix) and whether a transaction touches it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core.types import RequestId, Version
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One dispatched SSE event: its `event:` name, joined `data:` lines and `id:`."""
+
+    event: str
+    data: str
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class SseParser:
+    """Incremental SSE framing: `feed` takes bytes as they arrive (any split, even inside
+    a UTF-8 sequence or a CRLF) and returns the frames completed by them. Comment lines
+    (`: keepalive`) are dropped; a frame with no `data:` line is not dispatched."""
+
+    _pending: bytes = b""
+    _event: str = ""
+    _data: list[str] = field(default_factory=list)
+    _id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        buffer = self._pending + chunk
+        lines = buffer.split(b"\n")
+        self._pending = lines.pop()
+        frames: list[Frame] = []
+        for raw in lines:
+            frame = self._line(raw.removesuffix(b"\r").decode("utf-8"))
+            if frame is not None:
+                frames.append(frame)
+        return frames
+
+    def _line(self, line: str) -> Frame | None:
+        if line == "":
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id":
+            self._id = value
+        return None
+
+    def _dispatch(self) -> Frame | None:
+        frame = None
+        if self._data:
+            frame = Frame(self._event or "message", "\n".join(self._data), self._id)
+        self._event, self._data, self._id = "", [], None
+        return frame
+
+
+class _WireOperation(msgspec.Struct, frozen=True):
+    type: str
+    key: str = ""
+    value: str = ""
+    begin: str = ""
+    end: str = ""
+
+
+class _WireTransaction(msgspec.Struct, frozen=True):
+    request_id: str
+    version: int
+    prev_version: int
+    timestamp: str
+    leader_id: str
+    operations: list[_WireOperation]
+
+
+class _WireCheckpoint(msgspec.Struct, frozen=True):
+    committed_version: int
+    leader_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """A committed transaction from the change stream, keys and values decoded."""
+
+    version: Version
+    prev_version: Version
+    request_id: RequestId
+    timestamp: str  # ISO 8601 in UTC with milliseconds, as the server wrote it
+    leader_id: str
+    operations: tuple[Operation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Everything up to `committed_version` has been sent (filtered streams included)."""
+
+    committed_version: Version
+    leader_id: str
+
+
+class StreamError(ValueError):
+    """A frame that is not a well-formed change-stream event."""
+
+
+_TRANSACTION = msgspec.json.Decoder(_WireTransaction)
+_CHECKPOINT = msgspec.json.Decoder(_WireCheckpoint)
+
+
+def _bytes(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+def _operation(wire: _WireOperation) -> Operation:
+    if wire.type == "write":
+        return Write(_bytes(wire.key), _bytes(wire.value))
+    if wire.type == "delete":
+        return Delete(_bytes(wire.key))
+    if wire.type == "range_delete":
+        return RangeDelete(_bytes(wire.begin), _bytes(wire.end))
+    raise StreamError(f"unknown operation type {wire.type!r}")
+
+
+def decode_frame(frame: Frame) -> ChangeEvent | Checkpoint | None:
+    """The typed event a frame carries; None for an event type this version does not know
+    (so a newer server may add some)."""
+    try:
+        if frame.event == "transaction":
+            tx = _TRANSACTION.decode(frame.data)
+            return ChangeEvent(
+                Version(tx.version),
+                Version(tx.prev_version),
+                RequestId(tx.request_id),
+                tx.timestamp,
+                tx.leader_id,
+                tuple(_operation(op) for op in tx.operations),
+            )
+        if frame.event == "checkpoint":
+            cp = _CHECKPOINT.decode(frame.data)
+            return Checkpoint(Version(cp.committed_version), cp.leader_id)
+    except (msgspec.DecodeError, binascii.Error, ValueError) as e:
+        raise StreamError(f"malformed {frame.event} event: {e}") from e
+    return None
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The first key after every key starting with `prefix` (FoundationDB's `strinc`), or
+    None when there is none (an empty prefix, or one of 0xff bytes only)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFilter:
+    """Keys in `[begin, end)`; `end` None means no upper bound."""
+
+    begin: bytes
+    end: bytes | None
+
+    @classmethod
+    def of_prefix(cls, prefix: bytes) -> KeyFilter:
+        return cls(prefix, prefix_end(prefix))
+
+    def __post_init__(self) -> None:
+        if self.end is not None and not self.begin < self.end:
+            raise ValueError("a range's begin must sort before its end")
+
+    def contains(self, key: bytes) -> bool:
+        return self.begin <= key and (self.end is None or key < self.end)
+
+    def overlaps(self, begin: bytes, end: bytes) -> bool:
+        """Whether `[begin, end)` shares a key with this filter."""
+        return begin < end and (self.end is None or begin < self.end) and self.begin < end
+
+    def touches(self, operations: Iterable[Operation]) -> bool:
+        """Whether any operation writes, deletes or range-deletes a key in the filter."""
+        for op in operations:
+            if isinstance(op, RangeDelete):
+                if self.overlaps(op.begin, op.end):
+                    return True
+            elif self.contains(op.key):
+                return True
+        return False

@@ -226,8 +226,8 @@ def test_a_refusal_after_an_uncertain_send_is_settled_first() -> None:
             return ok({"request_id": RID, "status": "committed", "version": 6, "leader_id": "a"})
         return replies.pop(0)
 
-    replies = [Failure(sent=True, error="reset"), error(409, "leader_changed", leader_id="b",
-                                                           version=9)]  # fmt: skip
+    moved = error(409, "leader_changed", leader_id="b", version=9)
+    replies: list[Reply] = [Failure(sent=True, error="reset"), moved]
     assert commit(Server(script), floor=3) == Committed(Version(6), RID)
 
 

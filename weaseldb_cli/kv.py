@@ -33,12 +33,15 @@ from weaseldb.client import (
     RangeDelete,
     RangeRead,
     TooLarge,
+    TooOld,
     WeaselDBError,
     Write,
 )
 from weaseldb.client.model import Operation, Precondition
+from weaseldb.client.protocol import PAGE
 from weaseldb.client.transport import DEFAULT_URL
 from weaseldb.core.changes import KeyFilter
+from weaseldb.core.types import Version
 
 #: Exit codes.
 OK, MISSING, BAD_INPUT = 0, 1, 2
@@ -54,7 +57,12 @@ def add_parser(commands: Any) -> None:
     verbs = kv.add_subparsers(dest="verb", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=DEFAULT_URL, help=f"the gateway (default {DEFAULT_URL})")
-    common.add_argument("--reader", help="a reader's URL, for get and range")
+    common.add_argument(
+        "--reader", help="a reader's URL, for get and range (default: catch up in-process)"
+    )
+    common.add_argument(
+        "--store", help="without --reader: the object store to bootstrap from (dir:PATH, s3://)"
+    )
     common.add_argument("--base64", action="store_true", help="keys and values are base64")
     common.add_argument("-o", "--output", choices=["text", "json"], default="text")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to keep retrying")
@@ -200,14 +208,70 @@ def _item(args: argparse.Namespace, kv: KeyValue) -> dict[str, Any]:
     }
 
 
-def _needs_reader(args: argparse.Namespace) -> None:
-    if args.reader is None:
-        raise InputError("reads go through a reader: give --reader URL (weaseldb reader ...)")
+class OneOffReads:
+    """`get` / `range` without a running reader: a reader bootstrapped in this process
+    (weaseldb.reader.one_off: the newest snapshot when --store is given, then the change
+    stream up to the leader's version), read at that version, then thrown away."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from weaseldb.reader import one_off
+
+        self._caught_up = one_off(args.url, store_url=args.store, timeout_s=args.timeout)
+
+    def close(self) -> None:
+        import shutil
+
+        self._caught_up.state.close()
+        shutil.rmtree(self._caught_up.state_dir, ignore_errors=True)
+
+    def _at(self, version: int | None) -> int:
+        return self._caught_up.version if version is None else version
+
+    def get_key_value(self, key: bytes, version: int | None) -> KeyValue | None:
+        at = self._at(version)
+        with _horizon():
+            item = self._caught_up.state.get(key, at)
+        if item is None:
+            return None
+        return KeyValue(key, item.value, Version(at), Version(item.modified_version))
+
+    def range(
+        self, begin: bytes, end: bytes | None, version: int | None, limit: int | None
+    ) -> list[KeyValue]:
+        at, found = self._at(version), list[KeyValue]()
+        while limit is None or len(found) < limit:
+            page = PAGE if limit is None else min(PAGE, limit - len(found))
+            with _horizon():
+                items, more = self._caught_up.state.range(begin, end, at, page)
+            found += [KeyValue(i.key, i.value, Version(at), Version(i.modified_version))
+                      for i in items]  # fmt: skip
+            if not more or not items:
+                break
+            begin = items[-1].key + b"\x00"
+        return found
+
+
+@contextmanager
+def _horizon() -> Iterator[None]:
+    """The one-off state's TooOld as the client's."""
+    from weaseldb.reader import TooOld as BelowHorizon
+
+    try:
+        yield
+    except BelowHorizon as e:
+        raise TooOld(str(e), oldest_version=e.oldest) from e
 
 
 def _get(args: argparse.Namespace, client: Client) -> int:
-    _needs_reader(args)
-    found = client.get_key_value(_key(args, args.key), args.version)
+    key = _key(args, args.key)
+    if args.reader is not None:
+        found = client.get_key_value(key, args.version)
+    else:
+        reads = OneOffReads(args)
+        try:
+            found = reads.get_key_value(key, args.version)
+        finally:
+            reads.close()
     if found is None:
         print(f"weaseldb kv get: {args.key!r} not found", file=sys.stderr)
         return MISSING
@@ -218,38 +282,55 @@ def _get(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+def _write_lines(args: argparse.Namespace, verb: bytes, *data: bytes) -> None:
+    sys.stdout.buffer.write(verb + b"\n")
+    for item in data:
+        _write_value(args, item)
+
+
 def _write_value(args: argparse.Namespace, value: bytes) -> None:
-    """The value alone, as etcdctl prints it (raw bytes when they are not text)."""
-    if args.base64:
-        print(base64.b64encode(value).decode())
-        return
-    sys.stdout.buffer.write(value + b"\n")
-    sys.stdout.flush()
+    """A key or value on its own line, as etcdctl prints it (raw bytes in text mode)."""
+    sys.stdout.buffer.write((base64.b64encode(value) if args.base64 else value) + b"\n")
+    sys.stdout.buffer.flush()
 
 
 def _range(args: argparse.Namespace, client: Client) -> int:
-    _needs_reader(args)
-    if args.prefix is not None:
-        if args.begin is not None or args.end is not None:
-            raise InputError("give BEGIN END or --prefix, not both")
-        items = client.range(
-            prefix=_key(args, args.prefix, "prefix"), version=args.version, limit=args.limit
-        )
+    begin, end = _range_bounds(args)
+    if args.reader is not None:
+        items = client.range(begin, end or _top(begin), args.version, args.limit)
     else:
-        if args.begin is None or args.end is None:
-            raise InputError("range needs BEGIN and END (or --prefix P)")
-        begin, end = _key(args, args.begin, "begin"), _key(args, args.end, "end")
-        if not begin < end:
-            raise InputError("the range's begin must sort before its end")
-        items = client.range(begin, end, args.version, args.limit)
+        reads = OneOffReads(args)
+        try:
+            items = reads.range(begin, end, args.version, args.limit)
+        finally:
+            reads.close()
     if args.output == "json":
         version = items[0].version if items else args.version
         _print_json({"version": version, "items": [_item(args, kv) for kv in items]})
         return OK
     for kv in items:
-        print(_show(args, kv.key, "key"))
+        _write_value(args, kv.key)
         _write_value(args, kv.value)
     return OK
+
+
+def _range_bounds(args: argparse.Namespace) -> tuple[bytes, bytes | None]:
+    if args.prefix is not None:
+        if args.begin is not None or args.end is not None:
+            raise InputError("give BEGIN END or --prefix, not both")
+        prefix = _key(args, args.prefix, "prefix")
+        return prefix, KeyFilter.of_prefix(prefix).end
+    if args.begin is None or args.end is None:
+        raise InputError("range needs BEGIN and END (or --prefix P)")
+    begin, end = _key(args, args.begin, "begin"), _key(args, args.end, "end")
+    if not begin < end:
+        raise InputError("the range's begin must sort before its end")
+    return begin, end
+
+
+def _top(begin: bytes) -> bytes:
+    """An end past every key after `begin` (a prefix of 0xff bytes has no prefix end)."""
+    return begin + b"\xff" * 16
 
 
 def _watch(args: argparse.Namespace, client: Client) -> int:
@@ -279,14 +360,11 @@ def _print_event(args: argparse.Namespace, event: ChangeEvent, operations: list[
         return
     for op in operations:
         if isinstance(op, Write):
-            print("PUT", _show(args, op.key, "key"), sep="\n")
-            _write_value(args, op.value)
+            _write_lines(args, b"PUT", op.key, op.value)
         elif isinstance(op, Delete):
-            print("DELETE", _show(args, op.key, "key"), sep="\n")
+            _write_lines(args, b"DELETE", op.key)
         else:
-            print("DELETE_RANGE", _show(args, op.begin, "key"), _show(args, op.end, "key"),
-                  sep="\n")  # fmt: skip
-    sys.stdout.flush()
+            _write_lines(args, b"DELETE_RANGE", op.begin, op.end)
 
 
 def _operation_json(args: argparse.Namespace, op: Operation) -> dict[str, str]:

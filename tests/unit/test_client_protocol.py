@@ -146,15 +146,19 @@ def test_a_lost_answer_is_sent_again_and_the_duplicate_answer_returned() -> None
     assert server.paths() == ["/v1/commit", "/v1/commit"]
 
 
-def test_commit_unknown_twice_is_settled_by_status_from_the_floor() -> None:
+@pytest.mark.parametrize("resends", [0, 1, 2])
+def test_uncertain_answers_are_resent_then_settled_by_status_from_the_floor(
+    resends: int,
+) -> None:
     def script(request: Request) -> Reply:
         if request.path == "/v1/status":
             return ok({"request_id": RID, "status": "committed", "version": 8, "leader_id": "a"})
         return error(503, "commit_unknown")
 
     server = Server(script)
-    assert commit(server, floor=3) == Committed(Version(8), RID)
-    assert server.paths() == ["/v1/commit", "/v1/commit", "/v1/status"]
+    policy = RetryPolicy(uncertain_resends=resends)
+    assert commit(server, floor=3, policy=policy) == Committed(Version(8), RID)
+    assert server.paths() == ["/v1/commit"] * (resends + 1) + ["/v1/status"]
     assert dict(server.seen[-1].params) == {"request_id": RID, "min_version": "3"}
 
 

@@ -14,9 +14,9 @@ The commit protocol (docs/client.md, "Retries and the never-twice rule"):
 - `not_leader` and connection errors before anything was sent: send again (nothing was
   applied); `commit_unknown`, other 503s, 5xx and connection errors after the request may
   have left: the outcome is uncertain; send again with the same id (the server answers a
-  duplicate with the original outcome) up to `unknown_resends` times;
+  duplicate with the original outcome) up to `uncertain_resends` times;
 - waits are jittered exponential backoff, never shorter than `Retry-After`;
-- at the deadline (or after `unknown_resends`), an uncertain outcome is settled with
+- at the deadline (or after `uncertain_resends`), an uncertain outcome is settled with
   `/v1/status`: it bans the id, so the answer is final and the commit is never sent
   again; `CommitUnknown` only when even that finds no leader within `settle_s`.
 """
@@ -155,7 +155,9 @@ class RetryPolicy:
     settle_s: float = 15.0  # then this much longer to settle an uncertain commit
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
-    unknown_resends: int = 2  # commit_unknown answers before settling with /v1/status
+    # Uncertain answers (commit_unknown, a lost answer, another 5xx) sent again with the
+    # same id before settling with /v1/status; 0 settles at the first one.
+    uncertain_resends: int = 2
     fresh_version_s: float = 5.0  # reuse a version seen this recently as the status floor
     read_timeout_s: float = 5.0  # a reader waits this long for a version it has not reached
 
@@ -339,7 +341,6 @@ class Resend:
     """Send the commit again. `uncertain`: the attempt may have been applied."""
 
     uncertain: bool
-    unknown: bool = False  # the server said commit_unknown
     retry_after: float | None = None
 
 
@@ -360,7 +361,6 @@ def judge_commit(reply: Reply, request_id: str) -> CommitResult | WeaselDBError 
         # code this client does not know) may have been.
         return Resend(
             uncertain=code != Outcome.NOT_LEADER,
-            unknown=code == Outcome.COMMIT_UNKNOWN,
             retry_after=reply.retry_after,
         )
     if reply.status >= 500:
@@ -386,7 +386,7 @@ def commit_steps(
     if floor is None:
         floor = yield from version_steps(ctx, deadline)
     uncertain = False
-    unknowns = 0
+    uncertain_answers = 0
     attempt = 0
     while True:
         reply = _reply((yield Request("POST", "/v1/commit", body=body)))
@@ -398,10 +398,10 @@ def commit_steps(
                 return (yield from settle_steps(ctx, request_id, floor, deadline, verdict))
             raise verdict
         uncertain = uncertain or verdict.uncertain
-        unknowns += verdict.unknown
+        uncertain_answers += verdict.uncertain
         delay = ctx.policy.delay(attempt, verdict.retry_after, ctx.rng)
         attempt += 1
-        if unknowns >= ctx.policy.unknown_resends or ctx.clock() + delay > deadline:
+        if uncertain_answers > ctx.policy.uncertain_resends or ctx.clock() + delay > deadline:
             break
         yield Sleep(delay)
     if not uncertain:

@@ -26,21 +26,19 @@ from weaseldb.client import (
     Client,
     CommitResult,
     Committed,
-    Delete,
     KeyValue,
     NotCommitted,
     PointRead,
-    RangeDelete,
     RangeRead,
     TooLarge,
     TooOld,
     WeaselDBError,
-    Write,
 )
 from weaseldb.client.model import Operation, Precondition
 from weaseldb.client.protocol import PAGE
 from weaseldb.client.transport import DEFAULT_URL
 from weaseldb.core.changes import KeyFilter
+from weaseldb.core.protocol import Delete, RangeDelete, Write
 from weaseldb.core.types import Version
 
 #: Exit codes.

@@ -1,19 +1,19 @@
 """What a client application handles: operation and precondition builders, typed results
 and typed errors (pure: no I/O).
 
-Operations are the core's own `Write`, `Delete` and `RangeDelete` (the change stream yields
-the same classes, so `isinstance` works on both sides); they hold bytes, and the client
-also accepts `str` in them (encoded as UTF-8 when the commit is sent). Preconditions are
-the client's `PointRead` / `RangeRead`, whose version may be left to the commit's
-`read_version`.
+`Write`, `Delete` and `RangeDelete` take bytes or str (str is UTF-8) and build the core's
+own operation structs, which hold bytes; `isinstance(op, Write)` holds for those too, so
+the same names match what the change stream yields. Preconditions are the client's
+`PointRead` / `RangeRead`, whose version may be left to the commit's `read_version`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
+from weaseldb.core import protocol
+from weaseldb.core.protocol import Operation
 from weaseldb.core.types import ConflictReason, Version
 
 __all__ = [
@@ -54,6 +54,42 @@ def as_bytes(data: KeyLike) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"keys and values are bytes or str, not {type(data).__name__}")
+
+
+class _Builder(type):
+    """Calling the class builds the core struct (keys and values as bytes); isinstance
+    checks the core struct (msgspec structs cannot convert in their own constructor)."""
+
+    _core: type
+
+    def __call__(cls, *parts: KeyLike) -> Any:
+        return cls._core(*(as_bytes(part) for part in parts))
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, cls._core)
+
+
+if TYPE_CHECKING:  # what type checkers see: the core structs, built from bytes or str
+
+    class Write(protocol.Write, frozen=True):
+        def __init__(self, key: KeyLike, value: KeyLike) -> None: ...
+
+    class Delete(protocol.Delete, frozen=True):
+        def __init__(self, key: KeyLike) -> None: ...
+
+    class RangeDelete(protocol.RangeDelete, frozen=True):
+        def __init__(self, begin: KeyLike, end: KeyLike) -> None: ...
+
+else:
+
+    class Write(metaclass=_Builder):
+        _core: ClassVar[type] = protocol.Write
+
+    class Delete(metaclass=_Builder):
+        _core: ClassVar[type] = protocol.Delete
+
+    class RangeDelete(metaclass=_Builder):
+        _core: ClassVar[type] = protocol.RangeDelete
 
 
 @dataclass(frozen=True, slots=True, init=False)

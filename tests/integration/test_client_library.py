@@ -28,6 +28,8 @@ from weaseldb.client import (
     Write,
 )
 
+pytestmark = pytest.mark.slow
+
 
 class Blocking:
     """An `AsyncClient` called like a `Client` (each call run to completion on a private

@@ -384,7 +384,13 @@ def commit_steps(
     body = commit_body(request_id, operations, preconditions, read_version, leader_id)
     deadline = ctx.clock() + ctx.policy.deadline_s
     if floor is None:
-        floor = yield from version_steps(ctx, deadline)
+        try:
+            floor = yield from version_steps(ctx, deadline)
+        except Unavailable as e:
+            raise Unavailable(
+                f"commit {request_id}: no leader answered ({e}); nothing was applied",
+                status=e.status, body=e.body,
+            ) from e  # fmt: skip
     uncertain = False
     uncertain_answers = 0
     attempt = 0

@@ -9,7 +9,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -161,13 +161,13 @@ class AsyncClient:
         durable: bool = True,
         checkpoints: bool = False,
         reader: bool = False,
-    ) -> AsyncIterator[ChangeEvent | Checkpoint]:
+    ) -> AsyncGenerator[ChangeEvent | Checkpoint, None]:
         steps = protocol.subscribe_steps(
             self._ctx, after, begin, end, prefix, durable, checkpoints, reader
         )
         return self._stream(steps)
 
-    async def _stream(self, steps: StreamSteps) -> AsyncIterator[ChangeEvent | Checkpoint]:
+    async def _stream(self, steps: StreamSteps) -> AsyncGenerator[ChangeEvent | Checkpoint, None]:
         response: httpx.Response | None = None
         chunks: AsyncIterator[bytes] | None = None
         reply: Reply | Opened | Chunk | End | None = None

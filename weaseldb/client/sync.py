@@ -7,7 +7,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -159,7 +159,7 @@ class Client:
         durable: bool = True,
         checkpoints: bool = False,
         reader: bool = False,
-    ) -> Iterator[ChangeEvent | Checkpoint]:
+    ) -> Generator[ChangeEvent | Checkpoint, None, None]:
         """Every committed transaction after `after` (live only when None), touching the
         range when one is given, resumed across dropped connections; from the reader when
         `reader`. Checkpoints too when asked."""
@@ -168,7 +168,7 @@ class Client:
         )
         return self._stream(steps)
 
-    def _stream(self, steps: StreamSteps) -> Iterator[ChangeEvent | Checkpoint]:
+    def _stream(self, steps: StreamSteps) -> Generator[ChangeEvent | Checkpoint, None, None]:
         response: httpx.Response | None = None
         chunks: Iterator[bytes] | None = None
         reply: Reply | Opened | Chunk | End | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import ProcessSet
+from tests.support.reader import ReaderProcess
 
 pytestmark = pytest.mark.slow
 
@@ -128,3 +129,18 @@ def test_no_database_exits_1_after_the_timeout() -> None:
     result = kv("http://127.0.0.1:9", "put", "k", "v", "--timeout", "1")
     assert result.returncode == 1
     assert "Unavailable" in result.stderr and "nothing was applied" in result.stderr
+
+
+def test_reads_through_a_running_reader(weasel: ProcessSet, tmp_path: Path) -> None:
+    reader = ReaderProcess(weasel.url, tmp_path / "reader").start()
+    try:
+        put = json.loads(ok(kv(weasel.url, "put", "cli/rd", "via-reader", "-o", "json")))
+        # Read at the commit's version: the reader waits for it (read-your-writes).
+        args = ["--reader", reader.url, "--version", str(put["version"])]
+        assert ok(kv(weasel.url, "get", "cli/rd", *args)) == "via-reader\n"
+        lines = ok(kv(weasel.url, "range", "--prefix", "cli/rd", *args)).splitlines()
+        assert lines == ["cli/rd", "via-reader"]
+        missing = kv(weasel.url, "get", "cli/none", *args)
+        assert missing.returncode == 1 and "not found" in missing.stderr
+    finally:
+        assert reader.stop() == 0, reader.log()

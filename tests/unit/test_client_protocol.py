@@ -361,6 +361,24 @@ def test_cursor_finds_gaps_and_duplicates() -> None:
     assert cursor.position == 12
 
 
+def test_an_unfiltered_stream_chains_every_transaction_to_the_last_one() -> None:
+    """A checkpoint cannot hide transactions never sent: in an unfiltered stream the
+    next transaction's prev_version must be the last one received."""
+    cursor = StreamCursor(Version(0), chained=True)
+    cursor.accept(event(3, 0))
+    cursor.accept(Checkpoint(Version(9), "a"))  # claims 4..9 were sent: they were not
+    with pytest.raises(StreamGap, match="last one received was 3"):
+        cursor.accept(event(10, 8))
+    quiet = StreamCursor(Version(0), chained=True)
+    quiet.accept(event(3, 0))
+    quiet.accept(Checkpoint(Version(9), "a"))  # nothing committed in 4..9
+    quiet.accept(event(10, 3))
+    filtered = StreamCursor(Version(0))
+    filtered.accept(event(3, 0))
+    filtered.accept(Checkpoint(Version(9), "a"))
+    filtered.accept(event(10, 8))  # a filtered stream chains to what it was sent only
+
+
 def test_a_non_durable_stream_resumes_after_its_last_checkpoint() -> None:
     cursor = StreamCursor(Version(0))
     cursor.accept(Checkpoint(Version(3), "a"))
@@ -415,7 +433,7 @@ def run_stream(
 
 def test_subscribe_resumes_with_last_event_id_after_a_break() -> None:
     first = [frame(event(1, 0)), frame(event(2, 1))[:10], frame(event(2, 1))[10:]]
-    second = [frame(Checkpoint(Version(4), "a")), frame(event(6, 3))]
+    second = [frame(Checkpoint(Version(4), "a")), frame(event(6, 2))]
     emitted, opened = run_stream([first, error(503, "not_leader"), second], 3, after=0)
     assert [e.version for e in emitted if isinstance(e, ChangeEvent)] == [1, 2, 6]
     assert dict(opened[0].params)["after"] == "0"

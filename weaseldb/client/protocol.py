@@ -569,10 +569,15 @@ class StreamCursor:
     """The gap rule (docs/client.md, "Subscribe"): `position` is the newest of the last
     transaction's version and the last checkpoint's committed version (starting at
     `after`; None for a live-only stream until its first item). A transaction at or below
-    it is a duplicate, one whose `prev_version` is above it follows a gap."""
+    it is a duplicate, one whose `prev_version` is above it follows a gap. An unfiltered
+    stream (`chained`) is checked harder: there `prev_version` is the previous transaction
+    in the log, so it must be the last transaction received, and a checkpoint cannot hide
+    transactions that were never sent."""
 
     position: Version | None = None
+    chained: bool = False
     checkpoint: Version | None = None  # the last checkpoint's committed version
+    last_transaction: Version | None = None
 
     def accept(self, item: ChangeEvent | Checkpoint) -> None:
         if isinstance(item, Checkpoint):
@@ -582,25 +587,33 @@ class StreamCursor:
             return
         if self.position is not None:
             if item.version <= self.position:
-                raise StreamGap(
-                    f"duplicate: transaction {item.version} at or below {self.position}",
-                    position=self.position, version=item.version, prev_version=item.prev_version,
-                )  # fmt: skip
+                self._gap(item, f"duplicate: transaction {item.version} at or below "
+                                f"{self.position}")  # fmt: skip
             if item.prev_version > self.position:
-                raise StreamGap(
-                    f"gap: transaction {item.version} follows {item.prev_version}, "
-                    f"but the stream was at {self.position}",
-                    position=self.position, version=item.version, prev_version=item.prev_version,
-                )  # fmt: skip
-        self.position = item.version
+                self._gap(item, f"gap: transaction {item.version} follows {item.prev_version}, "
+                                f"but the stream was at {self.position}")  # fmt: skip
+        if self.chained and self.last_transaction not in (None, item.prev_version):
+            self._gap(item, f"gap: transaction {item.version} follows {item.prev_version}, "
+                            f"but the last one received was {self.last_transaction}")  # fmt: skip
+        self.position = self.last_transaction = item.version
+
+    def _gap(self, item: ChangeEvent, message: str) -> None:
+        raise StreamGap(
+            message,
+            position=self.position or 0,
+            version=item.version,
+            prev_version=item.prev_version,
+        )
 
     def resume_after(self, durable: bool) -> Version | None:
         """Where to resume: after the position, or for a non-durable stream after the
-        last checkpoint (what followed it may be rolled back by a leader change)."""
+        last checkpoint (what followed it may be rolled back by a leader change, and is
+        sent again)."""
         if durable:
             return self.position
         if self.checkpoint is not None:
             self.position = self.checkpoint
+            self.last_transaction = None
         return self.checkpoint if self.checkpoint is not None else self.position
 
 
@@ -646,7 +659,8 @@ def subscribe_steps(
     `StreamGap` on a gap, `Unavailable` when no connection succeeds within the deadline."""
     if prefix is not None and (begin is not None or end is not None):
         raise BadRequest("subscribe takes begin/end or a prefix, not both")
-    cursor = StreamCursor(None if after is None else Version(after))
+    unfiltered = begin is None and end is None and prefix is None
+    cursor = StreamCursor(None if after is None else Version(after), chained=unfiltered)
     resuming = False
     attempt = 0
     down_since: float | None = None

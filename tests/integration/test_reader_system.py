@@ -26,6 +26,7 @@ from weaseldb.core import history
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.changes import KeyFilter
 from weaseldb.core.fold import reference_fold
+from weaseldb.reader import one_off
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -302,6 +303,13 @@ def test_snapshot_bootstrap_after_gc_and_the_policy_holds_gc_back(
     full = _full_log(store_url, snapshot.version, log)
     check_versions(fresh, full, [snapshot.version, *(t.version for t in log)])
     assert fresh.get(KEYS[0], snapshot.version - 1).status_code == 410
+    # A one-off read (the CLI's, with no reader running): the same bootstrap in-process.
+    off = one_off(url, store_url=store_url, state_dir=tmp_path / "one-off")
+    assert off.version >= last
+    items, more = off.state.range(b"", None, off.version, 1000)
+    assert not more
+    assert {i.key: (i.value, i.modified_version) for i in items} == fold_at(full, off.version)
+    off.state.close()
     # The first reader, restarted: the upstream answers its position 410, it reloads the
     # newest snapshot and goes on from there.
     reader.start()

@@ -307,7 +307,7 @@ class ReaderApp:
         elif r.resetting:
             reason = "loading a newer snapshot"
         elif not r.following:
-            reason = f"not following {self.config.upstream}"
+            reason = f"not connected to {self.config.upstream}: serving up to {r.applied}"
         else:
             reason = f"following {self.config.upstream} at version {r.applied}"
         return Readiness(r.ready, Role.READER, reason, leader_id=r.leader_id or None)

@@ -304,12 +304,12 @@ def test_snapshot_bootstrap_after_gc_and_the_policy_holds_gc_back(
     check_versions(fresh, full, [snapshot.version, *(t.version for t in log)])
     assert fresh.get(KEYS[0], snapshot.version - 1).status_code == 410
     # A one-off read (the CLI's, with no reader running): the same bootstrap in-process.
-    off = one_off(url, store_url=store_url, state_dir=tmp_path / "one-off")
-    assert off.version >= last
-    items, more = off.state.range(b"", None, off.version, 1000)
-    assert not more
-    assert {i.key: (i.value, i.modified_version) for i in items} == fold_at(full, off.version)
-    off.state.close()
+    with one_off(url, store_url=store_url) as off:
+        assert off.version >= last
+        items, more = off.state.range(b"", None, off.version, 1000)
+        assert not more
+        assert {i.key: (i.value, i.modified_version) for i in items} == fold_at(full, off.version)
+    assert not off.state_dir.exists()  # its temporary state is gone with it
     # The first reader, restarted: the upstream answers its position 410, it reloads the
     # newest snapshot and goes on from there.
     reader.start()

@@ -4,7 +4,7 @@ docs/api.md). Served as plain ASGI: the response streams for as long as the clie
 History comes from the store (weaseldb.core.history), live events from the worker's `Hub`
 (services/gateway/subscriptions.py), handed over with no gap and no duplicate. A filtered
 stream (`begin`/`end` or `prefix`) applies its `KeyFilter` to both, with its own
-`prev_version` chain (docs/api.md, "Subscribe filters").
+`prev_version` chain (docs/api.md, "GET /v1/subscribe").
 """
 
 from __future__ import annotations

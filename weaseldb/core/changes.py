@@ -214,7 +214,7 @@ def _query_key(name: str, text: str) -> bytes:
 
 
 def parse_key_filter(begin: str | None, end: str | None, prefix: str | None) -> KeyFilter | None:
-    """The filter a `/v1/subscribe` query asks for (docs/api.md, "Subscribe filters"):
+    """The filter a `/v1/subscribe` query asks for (docs/api.md, "GET /v1/subscribe"):
     `begin`/`end` (either may be left out: no bound on that side) or `prefix`, each
     standard padded base64; None when none is given. ValueError, naming the parameter, for
     bad base64, `prefix` together with `begin` or `end`, or `begin` not before `end`."""

@@ -10,6 +10,7 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
 from weaseldb.core.changes import ChangeEvent, Frame, KeyFilter, decode_frame
+from weaseldb.core.types import Version
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +70,7 @@ def client_side(stream: list[ChangeEvent], keys: KeyFilter, after: int) -> list[
     kept, prev = [], after
     for event in stream:
         if event.version > after and keys.touches(event.operations):
-            kept.append(dataclasses.replace(event, prev_version=prev))
+            kept.append(dataclasses.replace(event, prev_version=Version(prev)))
             prev = event.version
     return kept
 
@@ -95,6 +97,10 @@ def cluster(tmp_path: Path, run_dir: Path) -> Iterator[ProcessSet]:
     yield cluster
     if cluster.process and cluster.process.poll() is None:
         assert cluster.stop() == 0, cluster.log()
+
+
+def caught_up(sub: Subscription, version: int) -> bool:
+    return bool(sub.checkpoints) and sub.checkpoints[-1] >= version
 
 
 def commits(load: Load, count: int) -> bool:
@@ -144,7 +150,7 @@ def test_filtered_streams_are_the_unfiltered_stream_filtered_on_the_client(
     final = httpx.get(f"{url}/v1/version").json()["version"]
     everyone = [reference, *subs.values(), live, resumed, nothing]
     for sub in everyone:
-        wait_for(lambda s=sub: bool(s.checkpoints) and s.checkpoints[-1] >= final)  # type: ignore[misc]
+        wait_for(partial(caught_up, sub, final), what=f"{sub.params} caught up")
         sub.stop()
 
     stream = events(reference)

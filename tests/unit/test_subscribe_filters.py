@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.gateway.subscriptions import Hub, Subscriber
+from services.gateway.streams import ChangeStreams
+from services.gateway.subscriptions import CloseReason, Hub, Subscriber
+from tests.support.logs import BatchSpec, build_log, write_log
+from weaseldb.core import config, layout
 from weaseldb.core.changes import (
     ChangeEvent,
     KeyFilter,
@@ -29,6 +34,7 @@ from weaseldb.core.protocol import (
     Write,
 )
 from weaseldb.core.types import RequestId, Term, Version
+from weaseldb.runtime.stores.directory import DirectoryStore
 
 
 def b64(data: bytes) -> str:
@@ -252,3 +258,56 @@ def test_a_closed_filtered_stream_flushes_what_it_held_filtered() -> None:
         assert [(e.version, e.prev_version) for e in events(sub.take())] == [(5, 4), (7, 5)]
 
     asyncio.run(run())
+
+
+class _CloseDuring:
+    """The store; closes `sub` (a leader change: flush what it holds) just before the
+    `nth` batch read, so the history read stops part-way."""
+
+    def __init__(self, inner: DirectoryStore, sub: Subscriber, nth: int) -> None:
+        self.inner, self.sub, self.left = inner, sub, nth
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.inner, name)
+
+        async def spied(key: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "get" and key.startswith(layout.BATCHES):
+                self.left -= 1
+                if self.left == 0:
+                    self.sub.close(CloseReason.LEADER_CHANGED, flush=True)
+            return await call(key, *args, **kwargs)
+
+        return spied
+
+
+@pytest.mark.parametrize("keys", [None, KeyFilter(b"", None)], ids=["unfiltered", "filtered"])
+def test_a_stream_closed_while_reading_history_ends_without_a_gap(
+    tmp_path: Path, keys: KeyFilter | None
+) -> None:
+    """History stops part-way; the live rounds held for the subscriber start after the
+    history's target, so sending them would skip what the history did not reach (a gap a
+    filtered client cannot even see). The stream ends instead; the client resumes."""
+    batches = build_log([BatchSpec(0, [[Write(b"k%d" % i, b"v")]]) for i in range(30)])
+    settings = config.build({"store": f"dir:{tmp_path / 'data'}", "run_dir": str(tmp_path)})
+
+    async def scenario() -> bytes:
+        store = DirectoryStore(tmp_path / "data")
+        await write_log(store, batches)
+        sent: list[bytes] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message.get("body", b""))
+
+        try:
+            streams = ChangeStreams(settings, cast(Any, None), store, cast(Any, None))
+            sub = streams.hub.register(True, keys)
+            sync(streams.hub, True, 30)
+            publish(streams.hub, True, 30, [transaction(31, [Write(b"k", b"v")])])
+            streams._store = cast(Any, _CloseDuring(store, sub, 10))
+            await streams._history_then_live(sub, 0, 30, send)
+        finally:
+            await store.close()
+        return b"".join(sent)
+
+    got = [e.version for e in events(asyncio.run(scenario()))]
+    assert got == list(range(1, len(got) + 1)) and len(got) < 30  # a prefix, then the end

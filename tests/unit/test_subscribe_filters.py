@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -295,7 +296,7 @@ def test_a_stream_closed_while_reading_history_ends_without_a_gap(
         await write_log(store, batches)
         sent: list[bytes] = []
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message.get("body", b""))
 
         try:

@@ -5,10 +5,11 @@ the workers that asked for them; the `Hub` renders each transaction once and app
 round to that kind's `Journal`, which every subscriber of the kind reads through its own
 cursor when it wakes (at most once per linger). So a round costs one render per
 transaction and one append, whatever the number of subscribers; a subscriber costs one
-read and one write per wake-up. A filtered subscriber (`?begin=&end=` or `?prefix=`) pays
-for itself alone: it tests each transaction of the rounds it reads against its filter and
-renders again the ones it sends whose `prev_version` must differ (the round keeps the
-transactions beside their rendered bytes for that); unfiltered subscribers never look.
+read and one write per wake-up. Filtered subscribers (`?begin=&end=` or `?prefix=`) pay
+for themselves: a round keeps its transactions beside their rendered bytes, tests them
+against a filter the first time a subscriber with that filter reads it, and renders again
+an event whose `prev_version` must differ once per item and prev_version (so subscribers
+sharing a filter share the work); unfiltered subscribers never look.
 A subscriber that falls more than its limit behind the journal is cut off (only it; nobody
 else waits for it), and the journal keeps a round only until every subscriber has read it.
 
@@ -68,6 +69,37 @@ class Round:
     data: bytes  # all of them joined
     end: int  # the journal's offset after this round
     source: Source
+    # Filtered subscribers' work, done once per round for all who share a filter (and a
+    # position): made on first use, so rounds nobody filters carry none of it.
+    _touching: dict[KeyFilter, list[int]] | None = None
+    _renders: dict[tuple[int, int], bytes] | None = None
+
+    def touching(self, keys: KeyFilter) -> list[int]:
+        """Indexes of the items whose transaction touches `keys`."""
+        if self._touching is None:
+            self._touching = {}
+        found = self._touching.get(keys)
+        if found is None:
+            transactions = self.source.transactions
+            found = [i for i, tx in enumerate(transactions) if keys.touches(tx.operations)]
+            self._touching[keys] = found
+        return found
+
+    def event(self, index: int, prev: int) -> bytes:
+        """Item `index` with `prev` as its prev_version: the shared bytes when they already
+        say so, else rendered again (once per item and prev_version)."""
+        rendered_prev = self.source.prev if index == 0 else self.items[index - 1][0]
+        if prev == rendered_prev:
+            return self.items[index][1]
+        if self._renders is None:
+            self._renders = {}
+        own = self._renders.get((index, prev))
+        if own is None:
+            tx = self.source.transactions[index]
+            own = self._renders[index, prev] = sse.transaction_event(
+                tx, prev, self.source.leader_id
+            )
+        return own
 
 
 class Journal:
@@ -176,20 +208,14 @@ class Subscriber:
 
     def _filtered(self, rounds: list[Round], keys: KeyFilter) -> bytes:
         """The transactions of `rounds` touching `keys`, each with the previous version this
-        stream sent as `prev_version`: the shared bytes when they already say so, else
-        rendered again for this subscriber."""
+        stream sent as `prev_version`."""
         chunks: list[bytes] = []
         for round_ in rounds:
-            source = round_.source
-            rendered_prev = source.prev
-            for (version, event), tx in zip(round_.items, source.transactions, strict=True):
-                if version > self.last_version and keys.touches(tx.operations):
-                    own = event
-                    if rendered_prev != self.sent:
-                        own = sse.transaction_event(tx, self.sent, source.leader_id)
-                    chunks.append(own)
+            for index in round_.touching(keys):
+                version = round_.items[index][0]
+                if version > self.last_version:
+                    chunks.append(round_.event(index, self.sent))
                     self.sent = version
-                rendered_prev = version
             self.last_version = max(self.last_version, round_.items[-1][0])
         return b"".join(chunks)
 

@@ -208,7 +208,7 @@ class KeyFilter:
 
 def _query_key(name: str, text: str) -> bytes:
     try:
-        return base64.b64decode(text, validate=True)
+        return _bytes(text)
     except (binascii.Error, ValueError) as e:
         raise ValueError(f"{name}: not standard padded base64: {text!r}") from e
 

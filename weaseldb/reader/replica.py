@@ -104,7 +104,6 @@ class Replica:
         self.leader_id = leader_id or self.leader_id
         if items:
             self.fan.publish(items)
-            self.events_applied += len(items)
         if through > self.applied:
             self.applied = through
             self._advanced.set()
@@ -338,12 +337,19 @@ class Follower:
         # A checkpoint past the batch counts only once nothing is left before it.
         through = self._through if not self._pending else events[-1].version
         leader = self._leader
-        items = [
-            Item(e.version, d, e.operations, transaction_frame(e.version, d))
-            for e, d in zip(events, datas, strict=True)
-        ]
         if events:
             await self.replica.write(self.replica.state.apply, events, datas, through, leader)
+        # Rendered once applied, and only when someone is live now (a subscriber that came
+        # while this batch was written registered below it, so it must get it from here).
+        items = (
+            [
+                Item(e.version, d, e.operations, transaction_frame(e.version, d))
+                for e, d in zip(events, datas, strict=True)
+            ]
+            if self.replica.fan.subscribers
+            else []
+        )
+        self.replica.events_applied += len(events)
         self.replica.advance(through, leader, items)
 
     # Side loops

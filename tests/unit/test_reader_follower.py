@@ -5,7 +5,9 @@ checkpoint moves the position with no transaction."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -45,6 +47,37 @@ def test_repeats_are_skipped_gaps_refused_and_checkpoints_move_the_position(
         assert replica.applied == 9
         assert state.position().applied == 9
         assert state.get(b"k", 8) is not None and state.get(b"k", 8).value == b"3"  # type: ignore[union-attr]
+        state.close()
+
+    asyncio.run(run())
+
+
+def test_a_subscriber_arriving_while_a_batch_is_written_gets_that_batch(tmp_path: Path) -> None:
+    """It registers at the applied version from before the batch, so the batch must reach
+    it live (history stops at that version)."""
+
+    async def run() -> None:
+        state = VersionedState(tmp_path / "state.sqlite")
+        replica = Replica(state, 1 << 20)
+        written = threading.Event()
+        release = threading.Event()
+        apply = state.apply
+
+        def slow_apply(*args: Any) -> None:
+            written.set()
+            release.wait(10)
+            apply(*args)
+
+        state.apply = slow_apply  # type: ignore[method-assign]
+        async with httpx.AsyncClient() as client:
+            follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
+            follower._take(event(1, 0), '{"version":1}')
+            applying = asyncio.create_task(follower._apply_some())
+            await asyncio.to_thread(written.wait, 10)
+            sub = replica.fan.register(replica.applied, None)  # as /v1/subscribe does
+            release.set()
+            await applying
+        assert sub.take() == b'id: 1\nevent: transaction\ndata: {"version":1}\n\n'
         state.close()
 
     asyncio.run(run())

@@ -68,7 +68,7 @@ def test_a_subscriber_arriving_while_a_batch_is_written_gets_that_batch(tmp_path
             release.wait(10)
             apply(*args)
 
-        state.apply = slow_apply  # type: ignore[method-assign]
+        state.apply = slow_apply  # type: ignore[method-assign,assignment]
         async with httpx.AsyncClient() as client:
             follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
             follower._take(event(1, 0), '{"version":1}')

@@ -209,8 +209,9 @@ def cmd_reader(args: argparse.Namespace) -> int:
         "store": f"dir:{args.data_dir}" if args.data_dir else args.store,
     }
     cfg = config_module.load(args.config, {k: v for k, v in flags.items() if v is not None})
-    # Snapshots need the store: from a flag, or from a configuration file that names one.
-    store_url = flags["store"] or (cfg.store if args.config else None)
+    # Snapshots need the store: from a flag, or from a configuration file that names one
+    # (not the default `dir:./data`, which would be a guess).
+    store_url = cfg.store if "store" in cfg.model_fields_set else None
     configure_logging("reader")
     uvloop.install()
 

@@ -249,13 +249,18 @@ def test_too_old_below_the_horizon(
 ) -> None:
     url = database.url
     first = commit_many(url, 5, seed=6)
-    reader = ReaderProcess(url, tmp_path / "reader", extra=["--horizon-seconds", "1"])
+    config = tmp_path / "reader.toml"
+    config.write_text("[reader]\nrelease_policy_on_stop = true\n")
+    extra = ["--horizon-seconds", "1", "--policy-id", "short", "--config", str(config)]
+    reader = ReaderProcess(url, tmp_path / "reader", extra=extra)
     readers.append(reader.start())
 
     def horizon() -> int:
         return int(httpx.get(f"{reader.url}/v1/version").json()["oldest_version"])
 
     wait_for(lambda: horizon() >= first, 30, "horizon moves")
+    # A configuration file that names no store gives it none (not the default dir:./data).
+    assert "no object store configured" in reader.log()
     answer = reader.get(KEYS[0], first - 1)
     assert answer.status_code == 410, answer.text
     assert answer.json()["error"] == "too_old"
@@ -264,6 +269,10 @@ def test_too_old_below_the_horizon(
     assert truncated.status_code == 410
     assert truncated.json()["error"] == "log_truncated"
     assert truncated.json()["oldest_version"] == horizon() + 1
+    # Its policy goes with it when it stops (release_policy_on_stop).
+    wait_for(lambda: httpx.get(f"{url}/v1/retention/short").status_code == 200, 30, "policy")
+    assert reader.stop() == 0, reader.log()
+    assert httpx.get(f"{url}/v1/retention/short").status_code == 404
 
 
 def test_snapshot_bootstrap_after_gc_and_the_policy_holds_gc_back(

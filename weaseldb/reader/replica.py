@@ -373,6 +373,15 @@ class Follower:
             if await _sleep(stop, self.config.policy_interval_s):
                 return
 
+    async def release_policy(self) -> None:
+        """Delete the retention policy (`reader.release_policy_on_stop`)."""
+        try:
+            answer = await self.http.delete(f"{self.upstream}/v1/retention/{self.policy_id}")
+        except httpx.HTTPError as e:
+            log.warning("could not delete retention policy %s: %s", self.policy_id, e)
+            return
+        log.info("retention policy %s deleted: %d", self.policy_id, answer.status_code)
+
     async def _put_policy(self, version: int) -> int:
         url = f"{self.upstream}/v1/retention/{self.policy_id}"
         answer = await self.http.put(url, content=orjson.dumps({"version": version}))

@@ -63,6 +63,13 @@ def commit_many(url: str, count: int, seed: int) -> int:
     return last
 
 
+def commit_until(url: str, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    with httpx.Client(timeout=30) as client:
+        while not stop.is_set():
+            commit(client, url, random_operations(rng))
+
+
 def log_of(store_url: str) -> list[Transaction]:
     async def read() -> list[Transaction]:
         store = open_store(store_url)
@@ -177,6 +184,31 @@ def test_reads_equal_the_fold_during_catch_up_and_read_your_writes(
     assert httpx.get(f"{reader.url}/v1/kv", params={"limit": "10001"}).json()["error"] == (
         "limit_exceeded"
     )
+
+
+def test_a_killed_reader_resumes_from_its_state_with_nothing_applied_twice(
+    database: ProcessSet, store_url: str, tmp_path: Path, readers: list[ReaderProcess]
+) -> None:
+    url = database.url
+    reader = ReaderProcess(url, tmp_path / "reader", extra=["--policy-id", "killed"])
+    readers.append(reader.start())
+    stop = threading.Event()
+    writer = threading.Thread(target=commit_until, args=(url, stop, 13))
+    writer.start()
+    for _ in range(3):  # SIGKILL while it applies what keeps coming, then start it again
+        before = reader.version()
+        wait_for(lambda b=before: reader.version() >= b + 30, 30, "applying")  # type: ignore[misc]
+        reader.kill()
+        reader.start()
+    stop.set()
+    writer.join()
+    log = log_of(store_url)
+    last = log[-1].version
+    wait_for(lambda: reader.version() >= last, 30, "caught up after the kills")
+    assert "resuming after version" in reader.log()
+    check_versions(reader, log, sorted({t.version for t in log[::7]} | {last}))
+    served = transactions_of(reader.url, {"after": "0"}, last).versions()
+    assert served == [t.version for t in log]  # each transaction kept exactly once
 
 
 def transactions_of(url: str, params: dict[str, str], upto: int) -> Subscription:

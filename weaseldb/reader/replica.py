@@ -46,7 +46,9 @@ STATE_FILE = "state.sqlite"
 SNAPSHOT_CHUNK = 50_000
 #: Transactions received but not applied yet beyond which the stream waits for the applier.
 MAX_PENDING = 20_000
-BACKOFF_S = (0.1, 5.0)
+#: Reconnect backoff: doubles from the first to the last (then jittered by 0.5-1.5x);
+#: short at the top, so a reader finds the new leader soon after a failover.
+BACKOFF_S = (0.1, 2.0)
 
 
 class UpstreamGap(Exception):
@@ -235,7 +237,11 @@ class Follower:
             while not stop.is_set():
                 try:
                     await self._follow(stop)
+                    # The stream ended cleanly (its gateway stopping, a leader change):
+                    # again soon, but not in a tight loop.
+                    self.replica.following = False
                     delay = BACKOFF_S[0]
+                    await _sleep(stop, delay)
                 except Truncated:
                     log.warning("upstream history after %d is gone: reloading", self._through)
                     await self._drain()

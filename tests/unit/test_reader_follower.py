@@ -40,7 +40,7 @@ def test_repeats_are_skipped_gaps_refused_and_checkpoints_move_the_position(
             follower._take(Checkpoint(Version(7), "L"), "")
             assert [e.version for e in follower._pending] == [3]
             assert follower._through == 7
-            follower._take(event(9, 7), "{}")
+            follower._take(event(9, 3), "{}")  # nothing between 3 and 9 but the checkpoint
             with pytest.raises(UpstreamGap):
                 follower._take(event(12, 10), "{}")  # 10 was never seen
             await follower._apply_some()
@@ -78,6 +78,34 @@ def test_a_subscriber_arriving_while_a_batch_is_written_gets_that_batch(tmp_path
             release.set()
             await applying
         assert sub.take() == b'id: 1\nevent: transaction\ndata: {"version":1}\n\n'
+        state.close()
+
+    asyncio.run(run())
+
+
+def test_a_checkpoint_past_transactions_never_sent_is_caught_and_repaired(
+    tmp_path: Path,
+) -> None:
+    """The gateway once checkpointed a stream past transactions it never sent: the next
+    transaction names one the reader never had, so it goes on again after the last one it
+    did have (not after the checkpoint), and applies what was missing."""
+
+    async def run() -> None:
+        state = VersionedState(tmp_path / "state.sqlite")
+        replica = Replica(state, 1 << 20)
+        async with httpx.AsyncClient() as client:
+            follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
+            follower._take(event(3, 0), "{}")
+            follower._take(Checkpoint(Version(7), "L"), "")  # 5 and 7 were never sent
+            with pytest.raises(UpstreamGap):
+                follower._take(event(9, 7), "{}")
+            assert follower._through == 3  # the reconnect asks for what came after 3
+            for missing in (event(5, 3), event(7, 5), event(9, 7)):
+                follower._take(missing, "{}")
+            while follower._pending:
+                await follower._apply_some()
+        assert [e.version for e in state.events_after(0)] == [3, 5, 7, 9]
+        assert state.get(b"k", 8) is not None and state.get(b"k", 8).value == b"7"  # type: ignore[union-attr]
         state.close()
 
     asyncio.run(run())

@@ -299,6 +299,11 @@ class VersionedState:
         )
         return [StoredEvent(v, p, d) for v, p, d in rows]
 
+    def last_event_version(self) -> int | None:
+        """The newest kept event's version (None when none is kept)."""
+        row = self._reads().execute("SELECT max(version) FROM events").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def is_empty(self) -> bool:
         return self._reads().execute("SELECT 1 FROM rows LIMIT 1").fetchone() is None
 

@@ -17,6 +17,7 @@ import binascii
 import contextlib
 import logging
 import re
+import sqlite3
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -184,6 +185,9 @@ class ReaderApp:
             await handler(scope, receive, send)
         except WeaselError as e:
             await respond(send, *render_error(e))
+        except sqlite3.Error as e:  # the disk under the state: try again, maybe elsewhere
+            log.error("reading the state failed: %s", e)
+            await respond(send, *render_error(Unavailable(f"the reader's state failed: {e}")))
 
     # Reads
 

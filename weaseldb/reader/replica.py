@@ -52,7 +52,7 @@ BACKOFF_S = (0.1, 2.0)
 
 
 class UpstreamGap(Exception):
-    """The upstream's stream skipped or repeated a transaction: reconnect from applied."""
+    """The upstream's stream skipped a transaction: reconnect after the last one received."""
 
 
 class Truncated(Exception):

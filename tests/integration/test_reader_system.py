@@ -248,6 +248,7 @@ def test_subscribe_is_served_again_with_resume_and_filters(
     for got, full in zip(filtered, wanted, strict=True):
         assert got == {**full, "prev_version": previous}
         previous = got["version"]
+    assert transactions_of(url, params, last).transactions == filtered  # as the gateway's
     prefixed = transactions_of(reader.url, {"after": "0", "prefix": b64(b"k1")}, last)
     assert [t["version"] for t in prefixed.transactions] == [
         t["version"] for t in served if KeyFilter.of_prefix(b"k1").touches(_operations(t))

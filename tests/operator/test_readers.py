@@ -67,10 +67,12 @@ def test_readers_are_applied_patched_and_removed(
     readers = {"replicas": 2, "horizonSeconds": 120, "nodeSelector": {"pool": "readers"}}
     control_plane.apply(weaseldb("shop", namespace, {"storage": storage, "readers": readers}))
     owner = control_plane.get("wdb", "shop", "-n", namespace)["metadata"]["uid"]
-    deployment, service = control_plane.wait_for(
-        lambda: all(found := reader_objects(control_plane, namespace)) and found,
-        what="the readers' Deployment and Service",
-    )
+
+    def both() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        deployment, service = reader_objects(control_plane, namespace)
+        return (deployment, service) if deployment and service else None
+
+    deployment, service = control_plane.wait_for(both, what="the readers' Deployment and Service")
     for obj in (deployment, service):
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("WeaselDB", owner, True)
@@ -130,7 +132,8 @@ def test_delete_scales_readers_down_and_waits_for_their_pods(
     storage = {"bucket": minio.new_bucket(), "prefix": "db", "endpoint": minio.endpoint}
     spec = {"deletionPolicy": "Delete", "storage": storage, "readers": {"replicas": 2}}
     control_plane.apply(weaseldb("shop", namespace, spec))
-    control_plane.wait_for(lambda: all(reader_objects(control_plane, namespace)), what="readers")
+    control_plane.wait_for(lambda: all(reader_objects(control_plane, namespace)) or None,
+                           what="readers")  # fmt: skip
     control_plane.apply(reader_pod("shop-reader-7d4b9c-x1x1x", namespace))
     control_plane.kubectl("delete", "wdb", "shop", "-n", namespace, "--wait=false")
 

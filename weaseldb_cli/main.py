@@ -27,6 +27,7 @@ weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker 
 weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
 weaseldb operator [--namespace NS]
 weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
+weaseldb reader --upstream URL [--store URL | --data-dir DIR] --state-dir DIR [--port 8090]
 """
 
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
@@ -79,6 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     switch.add_argument(
         "--timeout", type=float, default=60, help="seconds to wait for it (0: do not wait)"
     )
+
+    reader = commands.add_parser(
+        "reader", help="run a read replica that follows the change stream (docs/reader.md)"
+    )
+    reader.add_argument("--upstream", help="the database's client URL (default from config)")
+    reader.add_argument("--store", help="the object store, for snapshots (dir:PATH or s3://...)")
+    reader.add_argument("--data-dir", help="directory store (same as --store dir:DIR)")
+    reader.add_argument("--state-dir", help="where the reader keeps its SQLite state")
+    reader.add_argument("--port", type=int, help="HTTP port (default 8090; 0: any)")
+    reader.add_argument("--host", help="address to listen on")
+    reader.add_argument("--horizon-seconds", type=float, help="how long versions stay readable")
+    reader.add_argument("--policy-id", help="retention policy id (default reader-<hostname>)")
+    reader.add_argument("--config", help="TOML or JSON configuration file (its [reader] section)")
 
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
     service.add_argument("name", choices=[stage.value for stage in Stage])
@@ -175,6 +189,35 @@ def cmd_switchover(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reader(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from weaseldb.reader.service import serve
+    from weaseldb.runtime.service import configure_logging
+    from weaseldb.runtime.stores import open_store
+
+    flags = {
+        "reader.upstream": args.upstream,
+        "reader.state_dir": args.state_dir,
+        "reader.port": args.port,
+        "reader.horizon_seconds": args.horizon_seconds,
+        "reader.policy_id": args.policy_id,
+        "host": args.host,
+        "store": f"dir:{args.data_dir}" if args.data_dir else args.store,
+    }
+    cfg = config_module.load(args.config, {k: v for k, v in flags.items() if v is not None})
+    # Snapshots need the store: from a flag, or from a configuration file that names one.
+    store_url = flags["store"] or (cfg.store if args.config else None)
+    configure_logging("reader")
+    uvloop.install()
+
+    async def run() -> int:
+        store = open_store(store_url) if store_url else None
+        return await serve(cfg.reader, cfg.host, store)
+
+    return asyncio.run(run())
+
+
 def cmd_service(args: argparse.Namespace) -> int:
     import uvloop
 
@@ -248,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compact(args)
         if args.command == "switchover":
             return cmd_switchover(args)
+        if args.command == "reader":
+            return cmd_reader(args)
         return cmd_service(args)
     except ConfigError as e:
         print(f"weaseldb: {e}", file=sys.stderr)

@@ -106,6 +106,7 @@ class Role(enum.StrEnum):
     LEADER = "leader"  # serving the current term (and then, only then, ready)
     LOST = "lost"  # gateway: had a term; its persister deposed or went silent
     STOPPING = "stopping"  # draining after a signal
+    READER = "reader"  # `weaseldb reader`: ready once bootstrapped and following upstream
 
 
 class Readiness(msgspec.Struct, omit_defaults=True):

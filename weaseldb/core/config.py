@@ -139,6 +139,45 @@ class GatewayConfig(_Section):
     ids, history for subscribers, retention policies, snapshot listing)."""
 
 
+class ReaderConfig(_Section):
+    """`weaseldb reader` (docs/reader.md): a read replica that follows the change stream."""
+
+    upstream: str = "http://127.0.0.1:8080"
+    """The database's client URL (the leader's gateway, or a Service that routes to it): the
+    reader follows its ``/v1/subscribe`` and keeps its retention policy there."""
+    state_dir: str = "./reader"
+    """Where the reader keeps its SQLite state; a restart resumes from the version it holds."""
+    port: int = Field(8090, ge=0, le=65535)
+    """The reader's HTTP port (0 picks a free one and writes it to ``reader.port`` in the
+    state directory)."""
+    horizon_seconds: float = Field(300.0, ge=0)
+    """Versions committed in the last this many seconds stay readable (by the timestamps
+    the events carry); older ones answer 410 ``too_old``, and the change stream it serves
+    again reaches back as far."""
+    policy_id: str = ""
+    """The retention policy that keeps the reader's position on the upstream; empty:
+    ``reader-<hostname>``."""
+    policy_interval_s: float = Field(5.0, gt=0)
+    """How often the retention policy moves forward to the applied version."""
+    apply_batch: int = Field(1000, ge=1)
+    """Most transactions applied in one SQLite transaction while catching up."""
+    cache_mib: int = Field(64, ge=1)
+    """SQLite page cache per connection."""
+    default_wait_s: float = Field(5.0, ge=0)
+    """A read at a version not applied yet waits this long unless it says ``timeout``..."""
+    max_wait_s: float = Field(60.0, ge=0)
+    """...and at most this long, then 503 ``not_caught_up``."""
+    subscriber_buffer_bytes: int = Field(10 * MiB, ge=1024)
+    """Unsent change-stream data one subscriber may fall behind by; beyond it that
+    subscriber alone is disconnected."""
+    checkpoint_interval_s: float = Field(1.0, gt=0)
+    """An idle change stream gets a ``checkpoint`` event this often."""
+    keepalive_interval_s: float = Field(30.0, gt=0)
+    """A change stream gets a ``: keepalive`` comment line this often."""
+    subscriber_linger_s: float = Field(0.01, ge=0)
+    """A live change stream sends what gathered at most this often (per subscriber)."""
+
+
 class Ports(_Section):
     gateway: int = Field(8080, ge=0, le=65535)
     """Client API port."""
@@ -181,6 +220,7 @@ class Config(_Section):
     resolver: ResolverConfig = ResolverConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
     gateway: GatewayConfig = GatewayConfig()
+    reader: ReaderConfig = ReaderConfig()
 
 
 #: max_in_flight_requests when the configuration does not set it, by store kind.

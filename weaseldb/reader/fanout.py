@@ -1,0 +1,215 @@
+"""Change-stream fan-out inside the reader (no framework, no transport).
+
+Each batch of transactions the reader applies becomes one `Round` of events rendered once
+(the upstream's own bytes), appended to the `Journal`; every subscriber reads the journal
+through its own cursor when it wakes, so a round costs one append whatever the number of
+subscribers, and a subscriber one read and one write per wake-up. A subscriber more than its
+limit behind is cut off (only it), and a round is dropped once every subscriber has read it.
+The same shape as the gateway's hub (services/gateway/subscriptions.py), keyed by versions
+because the reader serves durable events only.
+
+Filtered subscribers (`KeyFilter`) get only the transactions touching their range, each
+with `prev_version` rewritten to the previous transaction sent on that connection
+(docs/api.md's filter rules); that is the one per-subscriber render, and only for the
+events it is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import islice
+
+import orjson
+
+from weaseldb.core.changes import KeyFilter
+from weaseldb.core.protocol import Operation
+
+_PREV = b',"prev_version":'
+
+
+def transaction_frame(version: int, data: bytes) -> bytes:
+    """One transaction as an SSE frame: the gateway's framing around the event's JSON."""
+    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (version, data)
+
+
+def checkpoint_frame(committed_version: int, leader_id: str) -> bytes:
+    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
+    return b"event: checkpoint\ndata: %s\n\n" % data
+
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def with_prev_version(data: bytes, prev_version: int) -> bytes:
+    """The event's JSON with its top-level `prev_version` replaced. The key follows
+    `request_id` and `version` in every event the gateway renders, and a JSON string cannot
+    hold an unescaped quote, so the first `,"prev_version":` is the field itself."""
+    start = data.index(_PREV) + len(_PREV)
+    stop = data.index(b",", start)
+    return b"%s%d%s" % (data[:start], prev_version, data[stop:])
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    version: int
+    data: bytes  # the event's JSON as the upstream sent it
+    operations: tuple[Operation, ...]
+    frame: bytes  # transaction_frame(version, data)
+
+
+@dataclass(eq=False, slots=True)
+class Round:
+    items: list[Item]
+    data: bytes  # every item's frame, joined
+    end: int  # the journal's byte offset after this round
+
+
+class Journal:
+    def __init__(self) -> None:
+        self._rounds: deque[Round] = deque()
+        self.first = 0  # sequence number of the oldest round kept
+        self.end = 0  # bytes ever appended
+
+    @property
+    def next(self) -> int:
+        return self.first + len(self._rounds)
+
+    def append(self, items: list[Item]) -> None:
+        data = b"".join(item.frame for item in items)
+        self.end += len(data)
+        self._rounds.append(Round(items, data, self.end))
+
+    def since(self, cursor: int) -> list[Round]:
+        return list(islice(self._rounds, max(cursor - self.first, 0), None))
+
+    def drop_before(self, cursor: int) -> None:
+        while self._rounds and self.first < cursor:
+            self._rounds.popleft()
+            self.first += 1
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One `/v1/subscribe` connection. `position`: everything up to it was sent or is known
+    to be skipped by the filter; `prev_sent`: the version of the last transaction sent
+    (the next one's prev_version in a filtered stream)."""
+
+    fan: FanOut
+    position: int
+    key_filter: KeyFilter | None = None
+    prev_sent: int = 0
+    cursor: int = 0
+    offset: int = 0
+    closed: str | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    on_cut: Callable[[], object] | None = None
+
+    def __post_init__(self) -> None:
+        self.prev_sent = self.position
+        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
+
+    def render(self, items: list[Item]) -> bytes:
+        """The frames of `items` this subscriber is owed (above its position, in its
+        range), advancing its position."""
+        chunks: list[bytes] = []
+        for item in items:
+            if item.version <= self.position:
+                continue
+            self.position = item.version
+            if self.key_filter is None:
+                chunks.append(item.frame)
+            elif self.key_filter.touches(item.operations):
+                data = with_prev_version(item.data, self.prev_sent)
+                chunks.append(transaction_frame(item.version, data))
+            else:
+                continue
+            self.prev_sent = item.version
+        return b"".join(chunks)
+
+    def take(self) -> bytes:
+        """Everything the journal holds for it since its last take."""
+        rounds = self.fan.journal.since(self.cursor)
+        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
+        self.fan.read(self)
+        self.wake.clear()
+        chunks: list[bytes] = []
+        for round_ in rounds:
+            first = round_.items[0].version
+            if self.key_filter is None and first > self.position:
+                chunks.append(round_.data)  # the common case: the round's bytes as they are
+                self.position = self.prev_sent = round_.items[-1].version
+            else:
+                chunks.append(self.render(round_.items))
+        return b"".join(chunks)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self.fan.journal.end - self.offset
+
+    def close(self, reason: str) -> None:
+        if self.closed is None:
+            self.closed = reason
+        self.wake.set()
+
+
+class FanOut:
+    """The subscribers, kept in the order they last read the journal (which is the order of
+    their offsets), so the slowest is always the first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.journal = Journal()
+        self.subscribers: dict[Subscriber, None] = {}
+        self.cut_off = 0
+
+    def register(self, position: int, key_filter: KeyFilter | None) -> Subscriber:
+        sub = Subscriber(self, position, key_filter)
+        self.subscribers[sub] = None
+        return sub
+
+    def unregister(self, sub: Subscriber) -> None:
+        self.subscribers.pop(sub, None)
+        self._trim()
+
+    def read(self, sub: Subscriber) -> None:
+        if sub in self.subscribers:
+            self.subscribers[sub] = self.subscribers.pop(sub)
+            self._trim()
+
+    def publish(self, items: list[Item]) -> None:
+        """One round, then every subscriber woken; those now more than the limit behind
+        are cut off."""
+        if not self.subscribers:
+            return  # nobody to read it: the kept events serve whoever comes later
+        self.journal.append(items)
+        cut: list[Subscriber] = []
+        for sub in self.subscribers:
+            if self.journal.end - sub.offset <= self.limit:
+                break
+            cut.append(sub)
+        for sub in cut:
+            del self.subscribers[sub]
+            sub.close("slow_consumer")
+            if sub.on_cut is not None:
+                sub.on_cut()
+        self.cut_off += len(cut)
+        for sub in self.subscribers:
+            sub.wake.set()
+        self._trim()
+
+    def close_all(self, reason: str) -> None:
+        for sub in list(self.subscribers):
+            sub.close(reason)
+        self.subscribers.clear()
+        self._trim()
+
+    def wake_all(self) -> None:
+        for sub in self.subscribers:
+            sub.wake.set()
+
+    def _trim(self) -> None:
+        slowest = next(iter(self.subscribers), None)
+        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)

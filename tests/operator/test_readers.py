@@ -88,6 +88,11 @@ def test_readers_are_applied_patched_and_removed(
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert service["spec"]["selector"] == READER_LABELS
     assert [p["port"] for p in service["spec"]["ports"]] == [8090]
+    # The operator here knows its identity (conftest), so the database has its
+    # NetworkPolicy, and the readers theirs beside it.
+    policy = control_plane.get("networkpolicy", "shop-readers", "-n", namespace)
+    assert policy["spec"]["podSelector"] == {"matchLabels": READER_LABELS}
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": 8090, "protocol": "TCP"}]}]
 
     # An edit of replicas and resources patches the Deployment.
     resources = {"requests": {"cpu": "200m"}, "limits": {"memory": "768Mi"}}
@@ -111,6 +116,12 @@ def test_readers_are_applied_patched_and_removed(
                           "-p", json.dumps({"spec": {"readers": {"replicas": 0}}}))  # fmt: skip
     control_plane.wait_for(
         lambda: reader_objects(control_plane, namespace) == (None, None), what="readers removed"
+    )
+    control_plane.wait_for(
+        lambda: (
+            get_or_none(control_plane, "networkpolicy", "shop-readers", "-n", namespace) is None
+        ),
+        what="the readers' NetworkPolicy removed",
     )
     # The ring is untouched by all of it.
     assert get_or_none(control_plane, "statefulset", "shop", "-n", namespace) is not None

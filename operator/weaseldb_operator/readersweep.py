@@ -5,7 +5,8 @@ its policy again, and the policy would hold GC back for ever; the observer calls
 `ReaderPolicySweep.sweep` each pass, and at most every `SWEEP_INTERVAL_S` it deletes the
 policies of this database's reader pods that no longer exist, through the leader's
 gateway (`DELETE /v1/retention/{id}`, the API a user would call). Which ones: the pure
-`readers.stale_policies`.
+`readers.stale_policies`. A database without readers is swept once after the operator
+starts and then only while reader policies of its own are left.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class ReaderPolicySweep:
     def __init__(self, kube: Kube, http: aiohttp.ClientSession) -> None:
         self._kube, self._http = kube, http
         self._last: dict[str, float] = {}  # db uid -> monotonic time of its last sweep
+        # Databases without readers whose last sweep found no reader policy: not swept
+        # again until they have readers (a listing reads every policy from the store).
+        self._quiet: set[str] = set()
 
     async def sweep(self, db: Database, body: dict[str, Any], gateway: str | None) -> None:
         """Delete the stale reader policies of `db` through `gateway` (the leader's, None
@@ -40,6 +44,8 @@ class ReaderPolicySweep:
         at the next sweep: a late deletion only holds GC back a little longer."""
         now = time.monotonic()
         if gateway is None or now - self._last.get(db.uid, -SWEEP_INTERVAL_S) < SWEEP_INTERVAL_S:
+            return
+        if db.readers.replicas == 0 and db.uid in self._quiet:
             return
         self._last[db.uid] = now
         try:
@@ -61,7 +67,9 @@ class ReaderPolicySweep:
             r.raise_for_status()
             ids = [str(p["policy_id"]) for p in (await r.json(content_type=None))["policies"]]
         if not any(policy_owner(db, p) for p in ids):
+            self._quiet.add(db.uid)
             return []
+        self._quiet.discard(db.uid)
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), reader_selector(db))
         return stale_policies(db, ids, [p["metadata"]["name"] for p in pods])
 
@@ -73,3 +81,4 @@ class ReaderPolicySweep:
 
     def forget_all_but(self, uids: set[str]) -> None:
         self._last = {uid: at for uid, at in self._last.items() if uid in uids}
+        self._quiet &= uids

@@ -168,7 +168,10 @@ def test_delete_scales_readers_down_and_waits_for_their_pods(
 def test_policies_of_gone_reader_pods_are_removed(
     control_plane: ControlPlane, operator: Path, pods: Pods, namespace: str
 ) -> None:
-    """The `pods` fixture's WeaselDB is `ledger`; its reader pods are `ledger-reader-*`."""
+    """The `pods` fixture's WeaselDB is `ledger`; its reader pods are `ledger-reader-*`
+    (Pod objects: no controller makes the Deployment's)."""
+    readers = json.dumps({"spec": {"readers": {"replicas": 1}}})
+    control_plane.kubectl("patch", "wdb", "ledger", "-n", namespace, "--type=merge", "-p", readers)
     leader = pods.start("ledger-0")
     leads_ready(control_plane, namespace, "ledger-0")
     labels = {**READER_LABELS, "app.kubernetes.io/instance": "ledger"}

@@ -44,11 +44,13 @@ COMMITS_BEFORE, COMMITS_AFTER = 15, 15
 
 #: Runs in the checker pod: reads `GET /v1/kv/KEY?version=V` through the readers' Service
 #: for each "KEY VERSION" line (KEY URL-safe base64); waits out a reader not yet there
-#: (503) or a connection refused for up to 60 s; always answers one JSON line.
+#: (503) or a connection refused for up to 60 s; always answers one JSON line. No
+#: keep-alive: each read is a new connection, which kube-proxy sends to either reader.
 CHECKER = """
 import json, sys, time
 import httpx
-with httpx.Client(base_url=sys.argv[1], timeout=45) as http:
+limits = httpx.Limits(max_keepalive_connections=0)
+with httpx.Client(base_url=sys.argv[1], timeout=45, limits=limits) as http:
     for line in sys.stdin:
         key, version = line.split()
         deadline = time.monotonic() + 60
@@ -192,9 +194,13 @@ def test_reads_through_the_readers_service_while_the_leader_fails_over(
     url = start_database(cluster, images["weaseldb"], namespace, NAME, replicas=2,
                          readers=READERS)  # fmt: skip
     cluster.rollout("deployment", f"{NAME}-reader", namespace, timeout=420)
-    endpoints = cluster.get("endpoints", f"{NAME}-readers", namespace)
-    addresses = [a for s in endpoints.get("subsets", []) for a in s.get("addresses", [])]
-    assert len(addresses) == 2, f"both readers Ready behind the Service: {endpoints}"
+
+    def ready_behind_the_service() -> int:
+        endpoints = cluster.get("endpoints", f"{NAME}-readers", namespace)
+        return len([a for s in endpoints.get("subsets") or [] for a in s.get("addresses") or []])
+
+    cluster.wait_for(lambda: ready_behind_the_service() == 2, 120,
+                     "both readers Ready behind the Service", namespace)  # fmt: skip
 
     writer, rng = Writer(url), random.Random(26)
     with checker(cluster, namespace, images["weaseldb"]) as reads:
@@ -210,8 +216,15 @@ def test_reads_through_the_readers_service_while_the_leader_fails_over(
         # Each reader keeps its position as the retention policy reader-<its pod>.
         selector = f"app.kubernetes.io/name=weaseldb-reader,app.kubernetes.io/instance={NAME}"
         pods = cluster.get_all("pods", namespace, selector)
-        policies = {p["policy_id"] for p in httpx.get(f"{url}/v1/retention/").json()["policies"]}
-        assert {f"reader-{p['metadata']['name']}" for p in pods} <= policies
+        wanted = {f"reader-{p['metadata']['name']}" for p in pods}
+        assert len(wanted) == 2
+
+        def policies() -> set[str]:
+            listed = httpx.get(f"{url}/v1/retention/", timeout=20).json()["policies"]
+            return {str(p["policy_id"]) for p in listed}
+
+        what = f"the readers' retention policies {sorted(wanted)}"
+        cluster.wait_for(lambda: wanted <= policies(), 60, what, namespace)
 
         old = term(cluster, namespace, NAME)
         leader = leader_pod(cluster, namespace, NAME)["metadata"]["name"]

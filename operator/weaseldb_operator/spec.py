@@ -347,12 +347,11 @@ def placement_from(spec: dict[str, Any], where: str = "spec.") -> Placement:
     )
 
 
-def readers_from(spec: dict[str, Any]) -> Readers:
-    """`spec.readers`; the database's placement (`placement_from(spec)`) lends the fields
-    `spec.readers` has none of (pull secrets, priority class, pod labels, annotations)."""
+def readers_from(spec: dict[str, Any], shared: Placement) -> Readers:
+    """`spec.readers`; the database's placement (`shared`) lends the fields `spec.readers`
+    has none of (pull secrets, priority class, pod labels, annotations)."""
     raw = spec.get("readers") or {}
     own = placement_from({k: raw[k] for k in READER_PLACEMENT if k in raw}, "spec.readers.")
-    shared = placement_from(spec)
     return Readers(
         replicas=int(raw.get("replicas", 0)),
         horizon_seconds=int(raw.get("horizonSeconds", 300)),
@@ -376,6 +375,7 @@ def database_from(body: dict[str, Any]) -> Database:
     """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
     meta, spec = body.get("metadata", {}), body.get("spec") or {}
     storage = _storage(spec)
+    placement = placement_from(spec)
     return Database(
         name=meta["name"],
         namespace=meta.get("namespace", "default"),
@@ -394,8 +394,8 @@ def database_from(body: dict[str, Any]) -> Database:
         gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),
         resources=dict(spec.get("resources") or {}),
         compaction=compaction_from(spec.get("compaction")),
-        placement=placement_from(spec),
-        readers=readers_from(spec),
+        placement=placement,
+        readers=readers_from(spec, placement),
     )
 
 

@@ -196,12 +196,15 @@ def cmd_reader(args: argparse.Namespace) -> int:
     from weaseldb.runtime.service import configure_logging
     from weaseldb.runtime.stores import open_store
 
+    section = {
+        "upstream": args.upstream,
+        "state_dir": args.state_dir,
+        "port": args.port,
+        "horizon_seconds": args.horizon_seconds,
+        "policy_id": args.policy_id,
+    }
     flags = {
-        "reader.upstream": args.upstream,
-        "reader.state_dir": args.state_dir,
-        "reader.port": args.port,
-        "reader.horizon_seconds": args.horizon_seconds,
-        "reader.policy_id": args.policy_id,
+        **{f"reader.{name}": value for name, value in section.items()},
         "host": args.host,
         "store": f"dir:{args.data_dir}" if args.data_dir else args.store,
     }

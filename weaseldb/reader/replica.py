@@ -68,8 +68,9 @@ class Replica:
         self.applied = position.applied
         self.oldest = position.oldest
         self.leader_id = position.leader_id
-        self.bootstrapped = position.applied > 0 or state.row_count() > 0
-        self.following = False
+        self.bootstrapped = position.applied > 0 or not state.is_empty()
+        self.following = False  # connected to the upstream's stream right now
+        self.followed = False  # was at least once since start: the state is current enough
         self.resetting = False  # a snapshot is loading: reads wait (their rows may change)
         self.write_lock = asyncio.Lock()
         self.fan = FanOut(subscriber_buffer_bytes)
@@ -91,7 +92,11 @@ class Replica:
 
     @property
     def ready(self) -> bool:
-        return self.bootstrapped and self.following and not self.resetting
+        """Serving: bootstrapped and caught on the stream once. A reader that loses its
+        upstream stays ready (it still answers at the versions it has, and waits or says
+        not_caught_up for newer ones), so a leader failover does not empty a Service of
+        its readers."""
+        return self.bootstrapped and self.followed and not self.resetting
 
     def advance(self, through: int, leader_id: str, items: list[Item]) -> None:
         """SQLite holds everything up to `through`: readers may read it, subscribers get
@@ -275,7 +280,7 @@ class Follower:
                     f"{response.status_code}: {body[:200]!r}", request=response.request,
                     response=response,
                 )  # fmt: skip
-            self.replica.following = True
+            self.replica.following = self.replica.followed = True
             parser = SseParser()
             async for chunk in response.aiter_raw():
                 for frame in parser.feed(chunk):

@@ -29,6 +29,8 @@ GOALS = {
     "P7": ">= 1.0",
     "P9": "<= 2.0",
     "P10": "<= 5 s",
+    "P11": ">= 0.9",
+    "P12": ">= 1.0",
     "P13": "<= 48 B; >= 0.9",
 }
 
@@ -164,6 +166,7 @@ def rows() -> list[tuple[str, str, str, str]]:
                 GOALS["P10"],
             )
         )
+    found += _readers(read("readers.json"))
     restart = read("stage-restart.json")
     if restart:
         stages = restart["stages"]
@@ -177,6 +180,38 @@ def rows() -> list[tuple[str, str, str, str]]:
             )
         )
     return sorted(found)
+
+
+def _readers(readers: Any) -> list[tuple[str, str, str, str]]:
+    if not readers:
+        return []
+    p11, p12, cold = readers["P11"], readers["P12"], readers["catch_up"]
+    return [
+        (
+            "P11",
+            f"commits/s at 64 connections with {p11['subscribers']:,} subscribers on two "
+            "readers / with none",
+            f"{p11['P11_with_over_without']} ({p11['commits_per_s_with_reader_subscribers']:,}"
+            f" / {p11['commits_per_s_alone']:,}; {p11['events_per_s_delivered']:,} events/s "
+            f"delivered, {p11['gaps']} gaps)",
+            GOALS["P11"],
+        ),
+        (
+            "P12",
+            "point reads/s at 64 connections, one reader / etcd serializable reads",
+            f"{p12['P12_reader_over_etcd']} ({p12['reader_reads_per_s']:,} / "
+            f"{p12['etcd_reads_per_s']:,}; p99 {p12['reader_p99_ms']} / {p12['etcd_p99_ms']} ms)",
+            GOALS["P12"],
+        ),
+        (
+            "-",
+            f"reader catch-up: cold start on a snapshot, then {cold['log_operations']:,} "
+            "operations of log",
+            f"bootstrap {cold['bootstrap_s']} s; {cold['operations_applied_per_s']:,} "
+            f"operations/s ({cold['transactions_applied_per_s']:,} transactions/s)",
+            "-",
+        ),
+    ]
 
 
 def _p4(commit: Any) -> str:

@@ -97,6 +97,7 @@ class Running:
     address: str  # host:port the load goes to
     metrics_url: str = ""  # the persister's metrics, for WeaselDB
     pid: int = 0  # the `weaseldb up` process, for WeaselDB
+    store: str = ""  # the store URL, for WeaselDB (readers and compaction open it too)
 
 
 @contextlib.contextmanager
@@ -122,6 +123,7 @@ def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Run
             f"127.0.0.1:{cluster.port}",
             f"http://127.0.0.1:{cluster.port + 3}/metrics",
             cluster.process.pid,
+            url,
         )
     finally:
         cluster.stop()

@@ -10,6 +10,8 @@
 # s3a-jars is not built: it is the S3A connector jar set the compaction job needs
 # (hack/s3a/ivy.xml), resolved from Maven Central with the Ivy jar pyspark ships,
 # into ${WEASELDB_S3A_JARS:-$HOME/.cache/weaseldb/s3a-jars} (needs java and the venv).
+# chromium is not built either: the headless browser of the /docs test is the Debian
+# package, installed system-wide with apt-get when `chromium` is not on PATH.
 #
 #   bash hack/tools.sh                  # all tools
 #   bash hack/tools.sh minio etcd       # only these
@@ -25,7 +27,7 @@ source "$HERE/tools.env"
 
 BIN="${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}"
 WORK="$BIN/.build"
-ALL_TOOLS=(minio etcd kube-apiserver kubectl helm s3a-jars)
+ALL_TOOLS=(minio etcd kube-apiserver kubectl helm s3a-jars chromium)
 # Only for the kind tier; never built by a bare `bash hack/tools.sh`.
 KUBE_NODE_TOOLS=(kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy)
 E2E_TOOLS=(kind "${KUBE_NODE_TOOLS[@]}" coredns containerd runc pause spark-operator)
@@ -74,6 +76,10 @@ stamp_value() {
 
 is_current() {
   local t="$1" have="" extra
+  if [[ "$t" == chromium ]]; then
+    command -v chromium >/dev/null
+    return
+  fi
   if [[ "$t" == s3a-jars ]]; then
     [[ -f "$S3A_JARS/.version" ]] || return 1
     read -r have <"$S3A_JARS/.version" || true
@@ -210,6 +216,22 @@ fetch_s3a_jars() {
   echo "s3a-jars: $(ls "$S3A_JARS"/*.jar | wc -l) jars into $S3A_JARS in $((SECONDS - start))s"
 }
 
+# Headless Chromium for tests/integration/test_docs_ui.py: Debian's package (whatever
+# version the release carries; the test needs any recent one), through apt-get, as root
+# or with passwordless sudo.
+ensure_chromium() {
+  command -v apt-get >/dev/null || die "chromium: not on PATH and no apt-get to install it"
+  local sudo=() start=$SECONDS log="$HOME/.cache/weaseldb/chromium.log"
+  ((EUID == 0)) || sudo=(sudo -n)
+  mkdir -p "$(dirname "$log")"
+  if ! { "${sudo[@]}" apt-get update -qq &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "chromium: apt-get install failed (log: $log)"
+  fi
+  echo "chromium: installed $(chromium --version 2>/dev/null) in $((SECONDS - start))s"
+}
+
 build_kind() {
   GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
 }
@@ -344,6 +366,10 @@ for t in "${tools[@]}"; do
   if [[ "$t" == s3a-jars ]]; then
     mkdir -p "$(dirname "$S3A_JARS")"
     fetch_s3a_jars
+    continue
+  fi
+  if [[ "$t" == chromium ]]; then
+    ensure_chromium
     continue
   fi
 

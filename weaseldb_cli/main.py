@@ -200,18 +200,22 @@ def cmd_reader(args: argparse.Namespace) -> int:
     from weaseldb.runtime.service import configure_logging
     from weaseldb.runtime.stores import open_store
 
+    section = {
+        "upstream": args.upstream,
+        "state_dir": args.state_dir,
+        "port": args.port,
+        "horizon_seconds": args.horizon_seconds,
+        "policy_id": args.policy_id,
+    }
     flags = {
-        "reader.upstream": args.upstream,
-        "reader.state_dir": args.state_dir,
-        "reader.port": args.port,
-        "reader.horizon_seconds": args.horizon_seconds,
-        "reader.policy_id": args.policy_id,
+        **{f"reader.{name}": value for name, value in section.items()},
         "host": args.host,
         "store": f"dir:{args.data_dir}" if args.data_dir else args.store,
     }
     cfg = config_module.load(args.config, {k: v for k, v in flags.items() if v is not None})
-    # Snapshots need the store: from a flag, or from a configuration file that names one.
-    store_url = flags["store"] or (cfg.store if args.config else None)
+    # Snapshots need the store: from a flag, or from a configuration file that names one
+    # (not the default `dir:./data`, which would be a guess).
+    store_url = cfg.store if "store" in cfg.model_fields_set else None
     configure_logging("reader")
     uvloop.install()
 

@@ -3,6 +3,7 @@
 //
 //	loadgen -addr 127.0.0.1:8080 -workload weasel -c 64 -d 8s            # closed loop
 //	loadgen -addr 127.0.0.1:2379 -workload etcd -c 64 -d 8s -rate 3000  # open loop
+//	loadgen -addr 127.0.0.1:8090 -workload reader-get -keys 10000 -c 64  # point reads
 //
 // Closed loop: each of c connections sends its next request when the answer arrives.
 // Open loop: requests are due at a fixed rate whatever happens; latency counts from when a
@@ -33,7 +34,8 @@ import (
 )
 
 type workload interface {
-	path() string
+	method() string
+	path(rng *rand.Rand) string
 	body(rng *rand.Rand, newest uint64) []byte
 	// outcome of an answer, and the newest version/revision it reports (0: none).
 	outcome(status int, body []byte) (string, uint64)
@@ -58,7 +60,8 @@ func newKeys(count int) keys {
 
 type weasel struct{ keys }
 
-func (w weasel) path() string { return "/v1/commit" }
+func (weasel) method() string             { return "POST" }
+func (weasel) path(rng *rand.Rand) string { return "/v1/commit" }
 
 func (w weasel) body(rng *rand.Rand, newest uint64) []byte {
 	key := w.encoded[rng.Intn(len(w.encoded))]
@@ -80,7 +83,8 @@ func (w weasel) outcome(status int, body []byte) (string, uint64) {
 
 type etcd struct{ keys }
 
-func (e etcd) path() string { return "/v3/kv/txn" }
+func (etcd) method() string             { return "POST" }
+func (etcd) path(rng *rand.Rand) string { return "/v3/kv/txn" }
 
 func (e etcd) body(rng *rand.Rand, newest uint64) []byte {
 	key := e.encoded[rng.Intn(len(e.encoded))]
@@ -104,13 +108,55 @@ func (e etcd) outcome(status int, body []byte) (string, uint64) {
 
 type noop struct{}
 
-func (noop) path() string                              { return "/noop" }
+func (noop) method() string                            { return "POST" }
+func (noop) path(rng *rand.Rand) string                { return "/noop" }
 func (noop) body(rng *rand.Rand, newest uint64) []byte { return []byte(`{"noop":true}`) }
 func (noop) outcome(status int, body []byte) (string, uint64) {
 	if status != 200 {
 		return "error", 0
 	}
 	return "committed", 0
+}
+
+// Point reads (P12): a WeaselDB reader's GET /v1/kv/{key} against etcd's serializable
+// range read of the same key (served by the member it reaches, like a reader: no quorum
+// round). Both answer the key's value, so both are loaded with the same keys first.
+type readerGet struct{ keys }
+
+func (readerGet) method() string { return "GET" }
+
+// The key goes into the path in the URL-safe alphabet; the keys are drawn by the body call,
+// so path and body agree on the same random stream.
+func (r readerGet) path(rng *rand.Rand) string {
+	raw, _ := base64.StdEncoding.DecodeString(r.encoded[rng.Intn(len(r.encoded))])
+	return "/v1/kv/" + base64.RawURLEncoding.EncodeToString(raw)
+}
+func (readerGet) body(rng *rand.Rand, newest uint64) []byte { return nil }
+func (readerGet) outcome(status int, body []byte) (string, uint64) {
+	switch status {
+	case 200:
+		return "found", 0
+	case 404:
+		return "missing", 0
+	}
+	return "error", 0
+}
+
+type etcdGet struct{ keys }
+
+func (etcdGet) method() string             { return "POST" }
+func (etcdGet) path(rng *rand.Rand) string { return "/v3/kv/range" }
+func (e etcdGet) body(rng *rand.Rand, newest uint64) []byte {
+	return []byte(`{"key":"` + e.encoded[rng.Intn(len(e.encoded))] + `","serializable":true}`)
+}
+func (etcdGet) outcome(status int, body []byte) (string, uint64) {
+	if status != 200 {
+		return "error", 0
+	}
+	if bytes.Contains(body, []byte(`"kvs":`)) {
+		return "found", 0
+	}
+	return "missing", 0
 }
 
 func numberAfter(body, marker []byte) uint64 {
@@ -134,7 +180,7 @@ type conn struct {
 	reader *bufio.Reader
 }
 
-func (c *conn) do(path string, body []byte) (int, []byte, error) {
+func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
 	if c.netc == nil {
 		netc, err := net.Dial("tcp", c.addr)
 		if err != nil {
@@ -143,7 +189,8 @@ func (c *conn) do(path string, body []byte) (int, []byte, error) {
 		c.netc, c.reader = netc, bufio.NewReaderSize(netc, 64*1024)
 	}
 	request := make([]byte, 0, len(body)+128)
-	request = append(request, "POST "...)
+	request = append(request, method...)
+	request = append(request, ' ')
 	request = append(request, path...)
 	request = append(request, " HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: "...)
 	request = strconv.AppendInt(request, int64(len(body)), 10)
@@ -226,13 +273,20 @@ type sample struct {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "host:port of the server")
-	kind := flag.String("workload", "weasel", "weasel | etcd | noop")
+	kind := flag.String("workload", "weasel", "weasel | etcd | noop | reader-get | etcd-get | subscribe")
 	connections := flag.Int("c", 16, "connections")
 	duration := flag.Duration("d", 8*time.Second, "measured duration")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured warm-up")
 	rate := flag.Float64("rate", 0, "requests per second (0: closed loop)")
 	keyCount := flag.Int("keys", 100000, "distinct keys")
+	printKeys := flag.Bool("print-keys", false, "print the -keys keys (base64), one per line, and exit")
 	flag.Parse()
+	if *printKeys {
+		for _, key := range newKeys(*keyCount).encoded {
+			fmt.Println(key)
+		}
+		return
+	}
 	if *kind == "subscribe" {
 		subscribe(*addr, *connections, *warmup, *duration)
 		return
@@ -246,6 +300,10 @@ func main() {
 		w = etcd{newKeys(*keyCount)}
 	case "noop":
 		w = noop{}
+	case "reader-get":
+		w = readerGet{newKeys(*keyCount)}
+	case "etcd-get":
+		w = etcdGet{newKeys(*keyCount)}
 	default:
 		fmt.Fprintln(os.Stderr, "loadgen: unknown workload", *kind)
 		os.Exit(2)
@@ -295,7 +353,7 @@ func main() {
 						break
 					}
 				}
-				status, body, err := c.do(w.path(), w.body(rng, newest.Load()))
+				status, body, err := c.do(w.method(), w.path(rng), w.body(rng, newest.Load()))
 				done := time.Now()
 				outcome := "error"
 				if err == nil {

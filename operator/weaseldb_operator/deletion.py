@@ -2,12 +2,12 @@
 (docs/operator.md, "Deletion policy"). The kopf delete handler calls `Deletion.run` until
 it returns; each step is safe to repeat:
 
-1. Scale the StatefulSet to zero and delete the database's SparkApplications. Nothing
-   scales it back up: the observer skips a WeaselDB with a deletion timestamp, and kopf
-   calls no create/update/resume handler for one.
-2. Wait (`PodsLeft`, the handler retries) until no pod of the database exists: ring pods
-   and compaction driver/executors (finished ones aside). Nothing is deleted while a pod
-   can still write.
+1. Scale the StatefulSet and the readers' Deployment to zero and delete the database's
+   SparkApplications. Nothing scales them back up: the observer skips a WeaselDB with a
+   deletion timestamp, and kopf calls no create/update/resume handler for one.
+2. Wait (`PodsLeft`, the handler retries) until no pod of the database exists: ring pods,
+   readers and compaction driver/executors (finished ones aside). Nothing is deleted
+   while a pod can still write.
 3. Fence: claim the next term as the operator, a deletion claim (weaseldb.core.claims). A
    leader Kubernetes lost sight of (a pod on a partitioned node, force-deleted) stops at
    its next term watch; no persister claims a term after it.
@@ -27,6 +27,7 @@ from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator import compaction
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.readers import deployment_name, reader_selector
 from weaseldb_operator.resources import selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import count_objects, fence, purge, sweep
@@ -109,18 +110,22 @@ class Deletion:
         await self._kube.event(self._body, reason, message)
 
     async def _scale_down(self) -> None:
+        """The ring's StatefulSet and the readers' Deployment (they read the store and
+        write their retention policies through the gateway) to zero replicas."""
         db = self._db
-        path = path_for("apps/v1", "StatefulSet", db.namespace, db.name)
-        sts = await self._kube.get(path)
-        if sts is None or sts["spec"].get("replicas") == 0:
-            return
-        await self._kube.merge_patch(path, {"spec": {"replicas": 0}})
-        await self.event(
-            "ScaledDown",
-            f"StatefulSet {db.name} scaled from {sts['spec'].get('replicas')} to 0 replicas: "
-            "the data is deleted once no pod is left",
-        )
-        log.info("%s/%s: scaled to zero for deletion", db.namespace, db.name)
+        for kind, name in (("StatefulSet", db.name), ("Deployment", deployment_name(db))):
+            path = path_for("apps/v1", kind, db.namespace, name)
+            found = await self._kube.get(path)
+            if found is None or found["spec"].get("replicas") == 0:
+                continue
+            await self._kube.merge_patch(path, {"spec": {"replicas": 0}})
+            await self.event(
+                "ScaledDown",
+                f"{kind} {name} scaled from {found['spec'].get('replicas')} to 0 replicas: "
+                "the data is deleted once no pod is left",
+            )
+            log.info("%s/%s: %s %s scaled to zero for deletion", db.namespace, db.name, kind,
+                     name)  # fmt: skip
 
     async def _delete_spark_applications(self) -> None:
         db = self._db
@@ -135,17 +140,19 @@ class Deletion:
             await self._kube.delete(f"{path}/{app['metadata']['name']}")
 
     async def _pods(self) -> list[str]:
-        """Pods of the database that may still run a container: a finished compaction
+        """Pods of the database (ring, readers, compaction) that may still run a
+        container: a finished compaction
         driver (phase Succeeded or Failed) writes nothing and may stay until its
         SparkApplication's TTL."""
         db = self._db
         path = path_for("v1", "Pod", db.namespace)
         ring = await self._kube.list(path, selector_labels(db))
+        readers = await self._kube.list(path, reader_selector(db))
         spark = await self._kube.list(path, {compaction.DATABASE_LABEL: db.name})
         return sorted(
             {
                 p["metadata"]["name"]
-                for p in [*ring, *spark]
+                for p in [*ring, *readers, *spark]
                 if (p.get("status") or {}).get("phase") not in FINISHED
             }
         )

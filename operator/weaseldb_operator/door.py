@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from weaseldb.core.types import Stage
+from weaseldb_operator.readers import readers_network_policy_for
 from weaseldb_operator.resources import _metadata, port_of, selector_labels
 from weaseldb_operator.spec import Database
 
@@ -133,8 +134,9 @@ def network_policy_for(db: Database, operator: Operator) -> dict[str, Any] | Non
 def secured(
     db: Database, operator: Operator, children: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """`children` (resources.children_for) behind the door: the Secret before the
-    StatefulSet that mounts it, the StatefulSet guarded, the NetworkPolicy last."""
+    """`children` (resources.children_for, readers.reader_children) behind the door: the
+    Secret before the StatefulSet that mounts it, the StatefulSet guarded, the
+    NetworkPolicies (the database's, the readers') last."""
     secret = secret_for(db, operator)
     if secret is None:
         out = list(children)
@@ -142,4 +144,7 @@ def secured(
         guarded = [guard_statefulset(c, db) if c["kind"] == "StatefulSet" else c for c in children]
         out = [secret, *guarded]
     policy = network_policy_for(db, operator)
-    return out if policy is None else [*out, policy]
+    if policy is None:
+        return out
+    readers = readers_network_policy_for(db)  # only beside the database's own
+    return [*out, policy] if readers is None else [*out, policy, readers]

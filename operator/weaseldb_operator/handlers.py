@@ -32,6 +32,7 @@ from weaseldb_operator.edits import (
 )
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.observer import Observer
+from weaseldb_operator.readers import reader_children, reader_leftovers
 from weaseldb_operator.resources import children_for, pdb_for
 from weaseldb_operator.spec import (
     API_GROUP,
@@ -146,12 +147,14 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         return
     await _refuse_shared_storage(kube, body, memo.get("namespace"))
     leader_pod = ((body.get("status") or {}).get("leader") or {}).get("pod")
-    children = with_applied_spec(children_for(db, leader_pod), dict(body))
+    children = with_applied_spec(children_for(db, leader_pod) + reader_children(db), dict(body))
     try:
         for child in secured(db, memo.operator, children):
             await kube.apply(child)
         if pdb_for(db) is None:
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
+        for api_version, kind, name in reader_leftovers(db):
+            await kube.delete(path_for(api_version, kind, db.namespace, name))
     except KubeError as e:
         if e.status == 422:
             await _refused(kube, body, e)

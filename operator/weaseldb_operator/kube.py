@@ -34,6 +34,7 @@ _PLURALS = {
     "Pod": "pods",
     "Secret": "secrets",
     "StatefulSet": "statefulsets",
+    "Deployment": "deployments",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "WeaselDB": "weaseldbs",

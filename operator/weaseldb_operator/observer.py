@@ -42,6 +42,7 @@ from weaseldb_operator.leadership import (
     down_since,
 )
 from weaseldb_operator.pods import PROBE_TIMEOUT, PodReader, stage_url
+from weaseldb_operator.readersweep import ReaderPolicySweep
 from weaseldb_operator.resources import selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import (
@@ -81,6 +82,7 @@ class Observer:
         self._leases: dict[str, LeaseWatch] = {}  # db uid -> its leader's lease, as seen
         self._holding: dict[str, bool] = {}  # db uid -> failover-hold written as
         self._compaction = CompactionLoop(kube, self._stores)
+        self._reader_policies = ReaderPolicySweep(kube, self._http)
 
     async def run(self) -> None:
         try:
@@ -105,6 +107,7 @@ class Observer:
             return
         live = {b["metadata"].get("uid") for b in bodies}
         self._specs.forget_all_but(live)
+        self._reader_policies.forget_all_but(live)
         for body in bodies:
             if body["metadata"].get("deletionTimestamp") or refused_by(body, bodies):
                 continue  # a refused database is not led (the reconciler says why)
@@ -135,12 +138,15 @@ class Observer:
         if not db.paused:
             await self._actions.act(db, body, decision, pods)
             await self._actions.roll(db, body, decision, views, pods)
-        version = await self._committed_version(decision, pods)
+        gateway = _leader_gateway(decision, pods)
+        version = await self._committed_version(gateway)
         updates = [*decision.conditions, *compaction_conditions]
         standbys = {"standbys": sorted(v.name for v in views if v.standby)}
         await self._write_status(
             db, body, decision, updates, version, {**compaction_status, **standbys}
         )
+        if not db.paused:
+            await self._reader_policies.sweep(db, body, gateway)
 
     async def _hold_failover(self, db: Database) -> None:
         """The store's `failover-hold` follows spec.paused (written when it changes, and
@@ -186,15 +192,11 @@ class Observer:
             lease=lease,
         )
 
-    async def _committed_version(
-        self, decision: Decision, pods: list[dict[str, Any]]
-    ) -> int | None:
-        if decision.leader is None or not decision.leader_ready:
+    async def _committed_version(self, gateway: str | None) -> int | None:
+        if gateway is None:
             return None
-        pod = next(p for p in pods if p["metadata"]["name"] == decision.leader.pod)
-        url = stage_url(pod, Stage.GATEWAY)
         try:
-            async with self._http.get(f"{url}/v1/version") as response:
+            async with self._http.get(f"{gateway}/v1/version") as response:
                 return int((await response.json(content_type=None))["version"])
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
             return None
@@ -215,6 +217,14 @@ class Observer:
 
         path = path_for(API_VERSION, KIND, db.namespace, db.name)
         await self._kube.patch_status(path, changed, body)
+
+
+def _leader_gateway(decision: Decision, pods: list[dict[str, Any]]) -> str | None:
+    """The ready leader's gateway URL (what the client Service reaches), else None."""
+    if decision.leader is None or not decision.leader_ready:
+        return None
+    pod = next(p for p in pods if p["metadata"]["name"] == decision.leader.pod)
+    return stage_url(pod, Stage.GATEWAY)
 
 
 def _leader_status(claim: Claim) -> dict[str, Any]:

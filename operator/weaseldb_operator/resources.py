@@ -18,6 +18,7 @@ from weaseldb_operator.spec import (
     KIND,
     RUN_DIR,
     Database,
+    Placement,
 )
 
 ROLE_LABEL = "weaseldb.io/role"
@@ -104,13 +105,22 @@ SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": USER_ID,
+    "runAsGroup": USER_ID,
+    "fsGroup": USER_ID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 POD_NAME_ENV = {
     "name": "WEASELDB_POD_NAME",
     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
 }
 
 
-def _env(db: Database) -> dict[str, Any]:
+def container_env(db: Database) -> dict[str, Any]:
     env: dict[str, Any] = {"env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, POD_NAME_ENV]}
     if db.storage.credentials_secret:
         env["envFrom"] = [{"secretRef": {"name": db.storage.credentials_secret}}]
@@ -143,7 +153,7 @@ def stage_container(db: Database, stage: Stage, worker: int = 0) -> dict[str, An
         "resources": db.container_resources(stage),
         "securityContext": SECURITY_CONTEXT,
         "volumeMounts": _volume_mounts(),
-        **_env(db),
+        **container_env(db),
     }
     if stage == Stage.GATEWAY:
         container["command"] += ["--worker", str(worker)]
@@ -166,18 +176,12 @@ def pod_spec(db: Database) -> dict[str, Any]:
             {"name": "tmp", "emptyDir": {}},
             {"name": "config", "configMap": {"name": config_name(db)}},
         ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": USER_ID,
-            "runAsGroup": USER_ID,
-            "fsGroup": USER_ID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": POD_SECURITY_CONTEXT,
         "terminationGracePeriodSeconds": int(
             db.config.drain_timeout_s + db.config.gateway.stop_linger_s + 15
         ),
         "enableServiceLinks": False,
-        **placement_for(db),
+        **placement_for(db.placement, selector_labels(db)),
     }
 
 
@@ -195,40 +199,42 @@ def statefulset_replicas(db: Database, leader_pod: str | None) -> int:
 NODE_TOPOLOGY = "kubernetes.io/hostname"
 
 
-def default_anti_affinity(db: Database) -> dict[str, Any] | None:
-    """`spec.antiAffinity` as a podAntiAffinity over this database's own pods."""
-    term = {"labelSelector": {"matchLabels": selector_labels(db)}, "topologyKey": NODE_TOPOLOGY}
-    if db.placement.anti_affinity == "required":
+def default_anti_affinity(placement: Placement, selector: dict[str, str]) -> dict[str, Any] | None:
+    """`antiAffinity` as a podAntiAffinity over the pods `selector` matches."""
+    term = {"labelSelector": {"matchLabels": selector}, "topologyKey": NODE_TOPOLOGY}
+    if placement.anti_affinity == "required":
         return {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    if db.placement.anti_affinity == "preferred":
+    if placement.anti_affinity == "preferred":
         weighted = {"weight": 100, "podAffinityTerm": term}
         return {"preferredDuringSchedulingIgnoredDuringExecution": [weighted]}
     return None
 
 
-def affinity_for(db: Database) -> dict[str, Any]:
-    """`spec.affinity` as given, plus the default podAntiAffinity unless it has its own."""
-    given, default = db.placement.affinity, default_anti_affinity(db)
+def affinity_for(placement: Placement, selector: dict[str, str]) -> dict[str, Any]:
+    """`affinity` as given, plus the default podAntiAffinity unless it has its own."""
+    given, default = placement.affinity, default_anti_affinity(placement, selector)
     if default is None or "podAntiAffinity" in given:
         return dict(given)
     return {**given, "podAntiAffinity": default}
 
 
-def placement_for(db: Database) -> dict[str, Any]:
+def placement_for(placement: Placement, selector: dict[str, str]) -> dict[str, Any]:
     """The pod spec's placement fields; unset ones are left out. A spread constraint
-    without a labelSelector counts this database's pods (without one it counts none)."""
-    p = db.placement
-    selector = {"labelSelector": {"matchLabels": selector_labels(db)}}
+    without a labelSelector counts the pods `selector` matches (without one it counts
+    none). `selector`: the database's ring pods, or its readers (readers.py)."""
+    p = placement
     fields = {
-        "affinity": affinity_for(db),
-        "topologySpreadConstraints": [selector | c for c in p.topology_spread_constraints],
+        "affinity": affinity_for(p, selector),
+        "topologySpreadConstraints": [
+            {"labelSelector": {"matchLabels": selector}} | c for c in p.topology_spread_constraints
+        ],
         "nodeSelector": dict(p.node_selector),
         "tolerations": list(p.tolerations),
         "priorityClassName": p.priority_class_name,
         "serviceAccountName": p.service_account_name,
         "imagePullSecrets": [{"name": name} for name in p.image_pull_secrets],
     }
-    # The ring never calls the Kubernetes API: no token to steal from a pod.
+    # The pods never call the Kubernetes API: no token to steal from a pod.
     return {"automountServiceAccountToken": False} | {k: v for k, v in fields.items() if v}
 
 

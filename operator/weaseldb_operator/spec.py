@@ -8,7 +8,7 @@ by the core's own validation, so a spec the services would refuse is refused up 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -148,6 +148,18 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Readers:
+    """`spec.readers` (docs/operator.md "Readers"): `weaseldb reader` pods beside the
+    database, and where they run. Placement has the shape of the database's own; the
+    database's pull secrets, priority class, pod labels and annotations apply too."""
+
+    replicas: int = 0
+    horizon_seconds: int = 300
+    resources: dict[str, Any] = field(default_factory=dict)
+    placement: Placement = Placement()
+
+
+@dataclass(frozen=True)
 class Database:
     """One WeaselDB resource: identity, spec and the validated pipeline configuration."""
 
@@ -169,6 +181,7 @@ class Database:
     target_leader: str | None = None
     paused: bool = False
     placement: Placement = Placement()
+    readers: Readers = Readers()
 
     @property
     def delete_data(self) -> bool:
@@ -306,7 +319,7 @@ def _strings(spec: dict[str, Any], name: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in (spec.get(name) or {}).items()}
 
 
-def placement_from(spec: dict[str, Any]) -> Placement:
+def placement_from(spec: dict[str, Any], where: str = "spec.") -> Placement:
     """The placement fields of a spec. The CRD checks their shapes (affinity only at its
     top level; the API server checks the rest when the StatefulSet is applied); this
     refuses what would take a pod away from the operator."""
@@ -314,12 +327,12 @@ def placement_from(spec: dict[str, Any]) -> Placement:
         taken = sorted(k for k in spec.get(kind) or {} if reserved_key(k))
         if taken:
             raise SpecError(
-                f"spec.{kind}: {', '.join(taken)} is the operator's own (the keys "
+                f"{where}{kind}: {', '.join(taken)} is the operator's own (the keys "
                 f"{', '.join(RESERVED_POD_LABELS)} and {OPERATOR_KEY_PREFIX}* are reserved)"
             )
     anti_affinity = str(spec.get("antiAffinity", "preferred"))
     if anti_affinity not in ANTI_AFFINITY:
-        raise SpecError(f"spec.antiAffinity: {anti_affinity!r} is not one of {ANTI_AFFINITY}")
+        raise SpecError(f"{where}antiAffinity: {anti_affinity!r} is not one of {ANTI_AFFINITY}")
     return Placement(
         anti_affinity=anti_affinity,
         affinity=dict(spec.get("affinity") or {}),
@@ -334,10 +347,35 @@ def placement_from(spec: dict[str, Any]) -> Placement:
     )
 
 
+def readers_from(spec: dict[str, Any], shared: Placement) -> Readers:
+    """`spec.readers`; the database's placement (`shared`) lends the fields `spec.readers`
+    has none of (pull secrets, priority class, pod labels, annotations)."""
+    raw = spec.get("readers") or {}
+    own = placement_from({k: raw[k] for k in READER_PLACEMENT if k in raw}, "spec.readers.")
+    return Readers(
+        replicas=int(raw.get("replicas", 0)),
+        horizon_seconds=int(raw.get("horizonSeconds", 300)),
+        resources=dict(raw.get("resources") or {}),
+        placement=replace(
+            own,
+            priority_class_name=shared.priority_class_name,
+            pod_labels=shared.pod_labels,
+            pod_annotations=shared.pod_annotations,
+            image_pull_secrets=shared.image_pull_secrets,
+        ),
+    )
+
+
+#: The placement fields `spec.readers` has of its own (the rest come from the database's).
+READER_PLACEMENT = ("antiAffinity", "affinity", "topologySpreadConstraints", "nodeSelector",
+                    "tolerations")  # fmt: skip
+
+
 def database_from(body: dict[str, Any]) -> Database:
     """Read a WeaselDB object (as returned by the API server); SpecError when unusable."""
     meta, spec = body.get("metadata", {}), body.get("spec") or {}
     storage = _storage(spec)
+    placement = placement_from(spec)
     return Database(
         name=meta["name"],
         namespace=meta.get("namespace", "default"),
@@ -356,7 +394,8 @@ def database_from(body: dict[str, Any]) -> Database:
         gateway_service_type=(spec.get("gateway") or {}).get("serviceType", "ClusterIP"),
         resources=dict(spec.get("resources") or {}),
         compaction=compaction_from(spec.get("compaction")),
-        placement=placement_from(spec),
+        placement=placement,
+        readers=readers_from(spec, placement),
     )
 
 

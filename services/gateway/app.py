@@ -17,7 +17,7 @@ from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp
 
-from services.gateway import errors, openapi, sse
+from services.gateway import docs_ui, errors, openapi, sse
 from services.gateway.commit_route import CommitRoute
 from services.gateway.lookups import StatusLookups
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
@@ -263,8 +263,11 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
         title="WeaselDB",
         version="v1",
         description="Commit transactions with optimistic read preconditions (see docs/api.md).",
+        docs_url=None,  # FastAPI's pages load Swagger UI and ReDoc from a CDN: docs_ui serves
+        redoc_url=None,  # them from the gateway itself
     )
     errors.install(app)
+    docs_ui.install(app)
     add_operations_routes(app, stage.health)
     _client_routes(app, stage)
     _retention_routes(app, stage.retention, config.gateway.max_body_bytes)

@@ -176,6 +176,11 @@ def components(limits: GatewayConfig) -> dict[str, Any]:
 
 # Operations FastAPI does not serve, and parameters it cannot type
 
+
+def _key_param(description: str) -> dict[str, Any]:
+    return {"type": "string", "pattern": BASE64, "description": description}
+
+
 _COMMIT = {
     "tags": ["client"],
     "summary": "Commit a transaction",
@@ -192,7 +197,26 @@ _SUBSCRIBE = {
         {"name": "after", "in": "query", "schema": _version("stream versions above this")},
         {"name": "durable", "in": "query", "schema": {"type": "boolean", "default": True}},
         {"name": "Last-Event-ID", "in": "header", "schema": _version("resume after this")},
+        *(
+            {"name": name, "in": "query", "schema": _key_param(meaning)}
+            for name, meaning in (
+                ("begin", "only transactions touching keys >= begin (base64; default: no bound)"),
+                ("end", "only transactions touching keys < end (base64; default: no bound)"),
+                (
+                    "prefix",
+                    "only transactions touching keys with this prefix (base64); not "
+                    "with begin or end",
+                ),
+            )
+        ),
     ],
+    "description": (
+        "A filtered stream (begin/end or prefix) sends only the transactions with an "
+        "operation touching the keys (a range_delete when its range overlaps them), whole; "
+        "its prev_version is the version of the previous transaction it sent (for the "
+        "first: the version it started after). Checkpoints carry the committed version, as "
+        "unfiltered. begin not before end, bad base64, or prefix with begin/end: 400."
+    ),
 }
 
 _PARAMETERS: dict[str, dict[str, Any]] = {

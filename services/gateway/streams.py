@@ -2,7 +2,9 @@
 docs/api.md). Served as plain ASGI: the response streams for as long as the client stays.
 
 History comes from the store (weaseldb.core.history), live events from the worker's `Hub`
-(services/gateway/subscriptions.py), handed over with no gap and no duplicate.
+(services/gateway/subscriptions.py), handed over with no gap and no duplicate. A filtered
+stream (`begin`/`end` or `prefix`) applies its `KeyFilter` to both, with its own
+`prev_version` chain (docs/api.md, "GET /v1/subscribe").
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.subscriptions import CloseReason, Hub, Subscriber
 from weaseldb.core import history
+from weaseldb.core.changes import KeyFilter, parse_key_filter
 from weaseldb.core.config import Config
 from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
 from weaseldb.core.protocol import (
@@ -94,13 +97,13 @@ class ChangeStreams:
 
     async def subscribe(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            after, durable = self._parse(scope)
+            after, durable, keys = self._parse(scope)
             if not self._client.leadership.leading:
                 raise NotLeader(f"this node is not leading: {self._client.leadership.reason}")
         except WeaselError as e:
             await send_error(send, e)
             return
-        sub = self.hub.register(durable)
+        sub = self.hub.register(durable, keys)
         self._declare()
         label = "true" if durable else "false"
         SUBSCRIBERS.labels(label).inc()
@@ -112,7 +115,7 @@ class ChangeStreams:
             SUBSCRIBERS.labels(label).dec()
 
     @staticmethod
-    def _parse(scope: Scope) -> tuple[int | None, bool]:
+    def _parse(scope: Scope) -> tuple[int | None, bool, KeyFilter | None]:
         if scope["method"] != "GET":
             raise MethodNotAllowed(f"{SUBSCRIBE_PATH} accepts GET only", ["GET"])
         try:
@@ -129,6 +132,7 @@ class ChangeStreams:
             return (
                 sse.parse_after(query.get("after"), last_event_id),
                 sse.parse_bool(query.get("durable"), True),
+                parse_key_filter(query.get("begin"), query.get("end"), query.get("prefix")),
             )
         except (ValueError, UnicodeDecodeError) as e:
             raise BadRequest(str(e)) from e
@@ -191,10 +195,12 @@ class ChangeStreams:
     async def _history_then_live(
         self, sub: Subscriber, after: int, target: int, send: Send
     ) -> None:
-        last = after
+        sub.start_history(after)
         if after < target:
-            last = await self._send_history(sub, after, send)
-        sub.go_live(last)
+            await self._send_history(sub, after, send)
+            if sub.closed:
+                return  # history stopped short of `target`: what is live would leave a gap
+        sub.go_live()
         await self._pump(sub, send)
 
     async def _live_start(self, sub: Subscriber) -> int:
@@ -216,26 +222,25 @@ class ChangeStreams:
                 raise NotLeader("accepted history did not become durable")
             await asyncio.sleep(0.005)
 
-    async def _send_history(self, sub: Subscriber, after: int, send: Send) -> int:
-        last = after
+    async def _send_history(self, sub: Subscriber, after: int, send: Send) -> None:
         pending: list[bytes] = []
         size = 0
         async for prev, leader_id, tx in history.log_after(self._store, after):
+            if sub.closed:
+                break
             event = EventTransaction(tx.version, tx.request_id, tx.timestamp_ms, tx.operations)
-            data = sse.transaction_event(event, prev, leader_id)
+            data = sub.history_event(prev, leader_id, event)
+            if data is None:
+                continue  # outside the stream's filter
             pending.append(data)
             size += len(data)
-            last = tx.version
             if size >= 64 * 1024:
                 await send(
                     {"type": "http.response.body", "body": b"".join(pending), "more_body": True}
                 )
                 pending, size = [], 0
-            if sub.closed:
-                break
         if pending:
             await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
-        return last
 
     async def _pump(self, sub: Subscriber, send: Send) -> None:
         interval = self._config.gateway.checkpoint_interval_s
@@ -243,15 +248,20 @@ class ChangeStreams:
         linger = self._config.gateway.subscriber_linger_s
         loop = asyncio.get_running_loop()
         next_keepalive = loop.time() + keepalive
-        checkpoint = True  # one right away, so a client learns where live starts
+        next_checkpoint = loop.time()  # one right away, so a client learns where live starts
         while True:
             data = sub.take()
             if sub.closed and not sub.flush_first:
                 return
             now = loop.time()
-            if not data and checkpoint and not sub.closed:
+            if data:
+                next_checkpoint = now + interval
+            elif now >= next_checkpoint and not sub.closed:
+                # Nothing sent for `interval`: for a filtered stream also while it reads
+                # rounds that all miss its keys, so its clients' position keeps moving.
                 version = max(0, self.hub.checkpoint(sub.durable))
                 data = sse.checkpoint_event(version, self.hub.leader_id)
+                next_checkpoint = now + interval
             if now >= next_keepalive:
                 data += sse.KEEPALIVE
                 next_keepalive = now + keepalive
@@ -262,19 +272,16 @@ class ChangeStreams:
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
                 return
-            if data and linger:
+            if linger and (data or sub.filter is not None):
                 # Let the next rounds gather: one wake-up and one write per subscriber per
-                # `linger`, not per round (the cost of many subscribers is per wake-up).
+                # `linger`, not per round (the cost of many subscribers is per wake-up). A
+                # filtered one reads at that pace too, even when it sent nothing.
                 await asyncio.sleep(linger)
                 if sub.pending_bytes:
-                    checkpoint = False
                     continue
-            try:
-                async with asyncio.timeout(min(interval, next_keepalive - now)):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, min(next_checkpoint, next_keepalive) - now)):
                     await sub.wake.wait()
-                checkpoint = False
-            except TimeoutError:
-                checkpoint = True
 
 
 async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:

@@ -5,9 +5,13 @@ the workers that asked for them; the `Hub` renders each transaction once and app
 round to that kind's `Journal`, which every subscriber of the kind reads through its own
 cursor when it wakes (at most once per linger). So a round costs one render per
 transaction and one append, whatever the number of subscribers; a subscriber costs one
-read and one write per wake-up. A subscriber that falls more than its limit behind the
-journal is cut off (only it; nobody else waits for it), and the journal keeps a round only
-until every subscriber has read it.
+read and one write per wake-up. Filtered subscribers (`?begin=&end=` or `?prefix=`) pay
+for themselves: a round keeps its transactions beside their rendered bytes, tests them
+against a filter the first time a subscriber with that filter reads it, and renders again
+an event whose `prev_version` must differ once per item and prev_version (so subscribers
+sharing a filter share the work); unfiltered subscribers never look.
+A subscriber that falls more than its limit behind the journal is cut off (only it; nobody
+else waits for it), and the journal keeps a round only until every subscriber has read it.
 
 Feeds: a worker asks for a kind of events only while it has subscribers of that kind
 (`Hub.wanted`, sent upstream as an `Interest`), so a worker without subscribers is not
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from services.gateway import sse
+from weaseldb.core.changes import KeyFilter
 from weaseldb.core.protocol import AcceptedEvents, DurableEvents, EventTransaction
 
 
@@ -46,6 +51,16 @@ class CloseReason(enum.StrEnum):
     DISCONNECTED = "disconnected"  # the client went away
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What a round's events were rendered from. Only filtered subscribers read it: they
+    send a subset, each with the previous version *they* sent as `prev_version`."""
+
+    transactions: list[EventTransaction]  # one for one beside `Round.items`
+    prev: int  # the prev_version rendered into the first item (the others: the item before)
+    leader_id: str  # rendered into every item
+
+
 @dataclass(eq=False)
 class Round:
     """One round of rendered events, shared by every subscriber of its kind."""
@@ -53,6 +68,38 @@ class Round:
     items: list[tuple[int, bytes]]  # (version, rendered event) per transaction
     data: bytes  # all of them joined
     end: int  # the journal's offset after this round
+    source: Source
+    # Filtered subscribers' work, done once per round for all who share a filter (and a
+    # position): made on first use, so rounds nobody filters carry none of it.
+    _touching: dict[KeyFilter, list[int]] | None = None
+    _renders: dict[tuple[int, int], bytes] | None = None
+
+    def touching(self, keys: KeyFilter) -> list[int]:
+        """Indexes of the items whose transaction touches `keys`."""
+        if self._touching is None:
+            self._touching = {}
+        found = self._touching.get(keys)
+        if found is None:
+            transactions = self.source.transactions
+            found = [i for i, tx in enumerate(transactions) if keys.touches(tx.operations)]
+            self._touching[keys] = found
+        return found
+
+    def event(self, index: int, prev: int) -> bytes:
+        """Item `index` with `prev` as its prev_version: the shared bytes when they already
+        say so, else rendered again (once per item and prev_version)."""
+        rendered_prev = self.source.prev if index == 0 else self.items[index - 1][0]
+        if prev == rendered_prev:
+            return self.items[index][1]
+        if self._renders is None:
+            self._renders = {}
+        own = self._renders.get((index, prev))
+        if own is None:
+            tx = self.source.transactions[index]
+            own = self._renders[index, prev] = sse.transaction_event(
+                tx, prev, self.source.leader_id
+            )
+        return own
 
 
 class Journal:
@@ -70,10 +117,10 @@ class Journal:
         """The sequence number the next round will get."""
         return self.first + len(self._rounds)
 
-    def append(self, items: list[tuple[int, bytes]]) -> None:
+    def append(self, items: list[tuple[int, bytes]], source: Source) -> None:
         data = b"".join(event for _, event in items)
         self.end += len(data)
-        self._rounds.append(Round(items, data, self.end))
+        self._rounds.append(Round(items, data, self.end, source))
 
     def since(self, cursor: int) -> list[Round]:
         return list(islice(self._rounds, max(cursor - self.first, 0), None))
@@ -93,6 +140,8 @@ class Subscriber:
     offset: int = 0  # the journal's offset at `cursor`
     live: bool = False
     last_version: int = 0  # newest transaction version taken (or sent as history)
+    filter: KeyFilter | None = None  # send only transactions touching it (None: all)
+    sent: int = 0  # filtered: the last version sent, the next one's prev_version
     closed: CloseReason | None = None  # why the stream stops (None while open)
     flush_first: bool = True  # deliver what is buffered before stopping
     _kept: list[Round] | None = None  # what was unread when it closed (journal: no longer)
@@ -112,10 +161,26 @@ class Subscriber:
             return sum(len(r.data) for r in self._kept)
         return self.journal.end - self.offset
 
-    def go_live(self, history_last: int) -> None:
-        """History was sent up to `history_last`: what is buffered at or below it is not
-        sent again."""
-        self.last_version = history_last
+    def start_history(self, after: int) -> None:
+        """The stream starts after version `after` (history from the store comes first)."""
+        self.last_version = self.sent = after
+
+    def history_event(self, prev: int, leader_id: str, tx: EventTransaction) -> bytes | None:
+        """The event of a transaction read from the store before going live (`prev`: the
+        version before it in the log), or None when the filter leaves it out."""
+        self.last_version = tx.version
+        if self.filter is not None:
+            if not self.filter.touches(tx.operations):
+                return None
+            prev = self.sent  # a filtered stream chains what it sends
+        self.sent = tx.version
+        return sse.transaction_event(tx, prev, leader_id)
+
+    def go_live(self, history_last: int | None = None) -> None:
+        """History was sent up to `history_last` (None: as far as `history_event` read):
+        what is buffered at or below it is not sent again."""
+        if history_last is not None:
+            self.last_version = self.sent = history_last
         self.live = True
         self.wake.set()
 
@@ -128,6 +193,8 @@ class Subscriber:
             self.cursor, self.offset = self.journal.next, self.journal.end
             self.feed.read(self)
         self.wake.clear()
+        if self.filter is not None:
+            return self._filtered(rounds, self.filter)
         chunks: list[bytes] = []
         for round_ in rounds:
             if round_.items[-1][0] <= self.last_version:
@@ -137,6 +204,19 @@ class Subscriber:
             else:
                 chunks.append(round_.data)
             self.last_version = round_.items[-1][0]
+        return b"".join(chunks)
+
+    def _filtered(self, rounds: list[Round], keys: KeyFilter) -> bytes:
+        """The transactions of `rounds` touching `keys`, each with the previous version this
+        stream sent as `prev_version`."""
+        chunks: list[bytes] = []
+        for round_ in rounds:
+            for index in round_.touching(keys):
+                version = round_.items[index][0]
+                if version > self.last_version:
+                    chunks.append(round_.event(index, self.sent))
+                    self.sent = version
+            self.last_version = max(self.last_version, round_.items[-1][0])
         return b"".join(chunks)
 
     def close(self, reason: CloseReason, *, flush: bool) -> None:
@@ -195,10 +275,10 @@ class Feed:
             self.subscribers[sub] = self.subscribers.pop(sub)  # to the end: newest offset
             self._trim()
 
-    def publish(self, items: list[tuple[int, bytes]]) -> list[Subscriber]:
+    def publish(self, items: list[tuple[int, bytes]], source: Source) -> list[Subscriber]:
         """Append one round and wake every subscriber; returns the ones it cut off for
         being more than their limit behind (only those: nobody waits for them)."""
-        self.journal.append(items)
+        self.journal.append(items, source)
         cut: list[Subscriber] = []
         for sub in self.subscribers:
             if self.journal.end - sub.offset <= sub.limit:
@@ -240,9 +320,9 @@ class Hub:
         """(durable, accepted) sync numbers of the feeds this worker wants (0: not wanted)."""
         return self._feeds[True].number, self._feeds[False].number
 
-    def register(self, durable: bool) -> Subscriber:
+    def register(self, durable: bool, keys: KeyFilter | None = None) -> Subscriber:
         feed = self._feeds[durable]
-        sub = Subscriber(durable, self.buffer_limit, feed)
+        sub = Subscriber(durable, self.buffer_limit, feed, filter=keys)
         feed.add(sub)
         return sub
 
@@ -291,10 +371,10 @@ class Hub:
             return
         if not feed.synced:
             return  # a leftover of an earlier want: history covers it
-        items = self._render(message.prev_version, message.transactions, self.durable_seen)
+        items, source = self._render(message.prev_version, message.transactions, self.durable_seen)
         if items:
             self.durable_seen = items[-1][0]
-            self._fan_out(True, items)
+            self._fan_out(True, items, source)
 
     def on_accepted(self, message: AcceptedEvents) -> None:
         if self.term and message.term != self.term:
@@ -313,10 +393,10 @@ class Hub:
             self._close(False, CloseReason.EVENTS_DROPPED, flush=True)
             return
         self.accepted_through = max(self.accepted_through, message.resolved_through)
-        items = self._render(message.prev_version, message.transactions, self.accepted_seen)
+        items, source = self._render(message.prev_version, message.transactions, self.accepted_seen)
         if items:
             self.accepted_seen = items[-1][0]
-            self._fan_out(False, items)
+            self._fan_out(False, items, source)
 
     def on_leader_lost(self) -> None:
         """Non-durable streams may hold transactions that will never be durable: close them
@@ -336,15 +416,19 @@ class Hub:
 
     def _render(
         self, prev: int, transactions: list[EventTransaction], seen: int
-    ) -> list[tuple[int, bytes]]:
+    ) -> tuple[list[tuple[int, bytes]], Source]:
         items: list[tuple[int, bytes]] = []
+        kept: list[EventTransaction] = []
+        first_prev = prev
         leader = self.leader_id
         for tx in transactions:
             if tx.version > seen:
-                data = sse.transaction_event(tx, prev, leader)
-                items.append((tx.version, data))
+                if not items:
+                    first_prev = prev
+                items.append((tx.version, sse.transaction_event(tx, prev, leader)))
+                kept.append(tx)
             prev = tx.version
-        return items
+        return items, Source(kept, first_prev, leader)
 
-    def _fan_out(self, durable: bool, items: list[tuple[int, bytes]]) -> None:
-        self.dropped += len(self._feeds[durable].publish(items))
+    def _fan_out(self, durable: bool, items: list[tuple[int, bytes]], source: Source) -> None:
+        self.dropped += len(self._feeds[durable].publish(items, source))

@@ -26,6 +26,7 @@ from weaseldb.core import history
 from weaseldb.core.batchfile import Transaction
 from weaseldb.core.changes import KeyFilter
 from weaseldb.core.fold import reference_fold
+from weaseldb.reader import one_off
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -60,6 +61,13 @@ def commit_many(url: str, count: int, seed: int) -> int:
         for _ in range(count):
             last = commit(client, url, random_operations(rng))
     return last
+
+
+def commit_until(url: str, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    with httpx.Client(timeout=30) as client:
+        while not stop.is_set():
+            commit(client, url, random_operations(rng))
 
 
 def log_of(store_url: str) -> list[Transaction]:
@@ -178,6 +186,31 @@ def test_reads_equal_the_fold_during_catch_up_and_read_your_writes(
     )
 
 
+def test_a_killed_reader_resumes_from_its_state_with_nothing_applied_twice(
+    database: ProcessSet, store_url: str, tmp_path: Path, readers: list[ReaderProcess]
+) -> None:
+    url = database.url
+    reader = ReaderProcess(url, tmp_path / "reader", extra=["--policy-id", "killed"])
+    readers.append(reader.start())
+    stop = threading.Event()
+    writer = threading.Thread(target=commit_until, args=(url, stop, 13))
+    writer.start()
+    for _ in range(3):  # SIGKILL while it applies what keeps coming, then start it again
+        before = reader.version()
+        wait_for(lambda b=before: reader.version() >= b + 30, 30, "applying")  # type: ignore[misc]
+        reader.kill()
+        reader.start()
+    stop.set()
+    writer.join()
+    log = log_of(store_url)
+    last = log[-1].version
+    wait_for(lambda: reader.version() >= last, 30, "caught up after the kills")
+    assert "resuming after version" in reader.log()
+    check_versions(reader, log, sorted({t.version for t in log[::7]} | {last}))
+    served = transactions_of(reader.url, {"after": "0"}, last).versions()
+    assert served == [t.version for t in log]  # each transaction kept exactly once
+
+
 def transactions_of(url: str, params: dict[str, str], upto: int) -> Subscription:
     sub = Subscription(url, params).start()
     try:
@@ -215,6 +248,7 @@ def test_subscribe_is_served_again_with_resume_and_filters(
     for got, full in zip(filtered, wanted, strict=True):
         assert got == {**full, "prev_version": previous}
         previous = got["version"]
+    assert transactions_of(url, params, last).transactions == filtered  # as the gateway's
     prefixed = transactions_of(reader.url, {"after": "0", "prefix": b64(b"k1")}, last)
     assert [t["version"] for t in prefixed.transactions] == [
         t["version"] for t in served if KeyFilter.of_prefix(b"k1").touches(_operations(t))
@@ -248,13 +282,18 @@ def test_too_old_below_the_horizon(
 ) -> None:
     url = database.url
     first = commit_many(url, 5, seed=6)
-    reader = ReaderProcess(url, tmp_path / "reader", extra=["--horizon-seconds", "1"])
+    config = tmp_path / "reader.toml"
+    config.write_text("[reader]\nrelease_policy_on_stop = true\n")
+    extra = ["--horizon-seconds", "1", "--policy-id", "short", "--config", str(config)]
+    reader = ReaderProcess(url, tmp_path / "reader", extra=extra)
     readers.append(reader.start())
 
     def horizon() -> int:
         return int(httpx.get(f"{reader.url}/v1/version").json()["oldest_version"])
 
     wait_for(lambda: horizon() >= first, 30, "horizon moves")
+    # A configuration file that names no store gives it none (not the default dir:./data).
+    assert "no object store configured" in reader.log()
     answer = reader.get(KEYS[0], first - 1)
     assert answer.status_code == 410, answer.text
     assert answer.json()["error"] == "too_old"
@@ -263,6 +302,10 @@ def test_too_old_below_the_horizon(
     assert truncated.status_code == 410
     assert truncated.json()["error"] == "log_truncated"
     assert truncated.json()["oldest_version"] == horizon() + 1
+    # Its policy goes with it when it stops (release_policy_on_stop).
+    wait_for(lambda: httpx.get(f"{url}/v1/retention/short").status_code == 200, 30, "policy")
+    assert reader.stop() == 0, reader.log()
+    assert httpx.get(f"{url}/v1/retention/short").status_code == 404
 
 
 def test_snapshot_bootstrap_after_gc_and_the_policy_holds_gc_back(
@@ -302,6 +345,13 @@ def test_snapshot_bootstrap_after_gc_and_the_policy_holds_gc_back(
     full = _full_log(store_url, snapshot.version, log)
     check_versions(fresh, full, [snapshot.version, *(t.version for t in log)])
     assert fresh.get(KEYS[0], snapshot.version - 1).status_code == 410
+    # A one-off read (the CLI's, with no reader running): the same bootstrap in-process.
+    with one_off(url, store_url=store_url) as off:
+        assert off.version >= last
+        items, more = off.state.range(b"", None, off.version, 1000)
+        assert not more
+        assert {i.key: (i.value, i.modified_version) for i in items} == fold_at(full, off.version)
+    assert not off.state_dir.exists()  # its temporary state is gone with it
     # The first reader, restarted: the upstream answers its position 410, it reloads the
     # newest snapshot and goes on from there.
     reader.start()
@@ -347,6 +397,9 @@ def test_the_reader_follows_across_a_leader_change(
         before = commit_many(front, 40, seed=10)
         wait_for(lambda: reader.version() >= before, 30, "caught up on the first leader")
         first.kill()
+        # With no leader, the reader still serves what it has (and stays Ready).
+        assert reader.get(KEYS[0], before, timeout=0).status_code in (200, 404)
+        assert reader.ready()
         proxy.target_port = second.port
         second.wait_ready(60)
         after = commit_many(front, 40, seed=11)

@@ -55,6 +55,9 @@ def test_operator_service_account_has_what_it_uses(
         ("create", "secrets"),  # each database's copy of the admin token
         ("patch", "secrets"),
         ("patch", "networkpolicies.networking.k8s.io"),
+        ("delete", "networkpolicies.networking.k8s.io"),  # the readers' at replicas 0
+        ("patch", "deployments.apps"),  # spec.readers
+        ("delete", "deployments.apps"),
         (
             "delete",
             "sparkapplications.sparkoperator.k8s.io",

@@ -460,7 +460,10 @@ def test_operator_numbers() -> None:
         f"(the operator renders {constant('spec', 'STOP_LINGER_S'):g} s)",
         f"`leaderFailoverSeconds` or {constant('leadership', 'LEASE_QUIET_S'):g} s",
         f"{config.PersisterConfig().max_in_flight_requests - 1} at the S3 default",
+        f"at most every {constant('readersweep', 'SWEEP_INTERVAL_S'):g} s, it lists",
+        "`/var/lib/weaseldb-reader` (the reader's SQLite state)",
     )
+    assert constant("readers", "STATE_DIR") == "/var/lib/weaseldb-reader"
 
 
 # --- docs/tools.md --------------------------------------------------------------------------

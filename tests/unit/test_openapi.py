@@ -89,6 +89,10 @@ def test_parameters_follow_the_cores_rules(spec: dict[str, Any]) -> None:
     assert policy_id["schema"]["pattern"] == f"^{layout.POLICY_ID_PATTERN}$"
     status = {p["name"]: p for p in spec["paths"]["/v1/status"]["get"]["parameters"]}
     assert status["min_version"]["schema"]["maximum"] == VERSION_MAX
+    subscribe = {p["name"]: p for p in spec["paths"]["/v1/subscribe"]["get"]["parameters"]}
+    for name in ("begin", "end", "prefix"):  # the key filters: standard padded base64
+        assert subscribe[name]["in"] == "query"
+        assert subscribe[name]["schema"]["pattern"] == openapi.BASE64
 
 
 def test_the_answer_structs_describe_what_the_routes_write() -> None:

@@ -133,3 +133,25 @@ def test_pruning_drops_superseded_rows_and_old_tombstones(state: VersionedState)
     assert state.row_count() == 1  # only j@6: the tombstone at the horizon goes
     assert state.get(b"j", 6) == Item(b"j", b"x", 6)
     assert state.get(b"k", 6) is None
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(histories=HISTORIES, cuts=st.lists(st.integers(0, 11), min_size=1, max_size=3))
+def test_pruning_between_batches_keeps_every_version_above_the_horizon_exact(
+    tmp_path_factory: pytest.TempPathFactory, histories: list[list[Operation]], cuts: list[int]
+) -> None:
+    """The horizon moves while transactions keep coming (as the reader runs): reads at every
+    version at or above the newest horizon still equal the fold."""
+    state = VersionedState(tmp_path_factory.mktemp("p") / "state.sqlite")
+    history = [event(v + 1, v, ops) for v, ops in enumerate(histories)]
+    horizon = 0
+    for i, e in enumerate(history):
+        state.apply([e], [b"{}"], e.version, "leader")
+        if i in cuts:
+            horizon = max(horizon, history[max(i - 1, 0)].version)
+            state.prune(horizon)
+    assert state.position().oldest == horizon
+    assert_reads_equal_fold(state, history, history[-1].version)
+    state.close()

@@ -204,3 +204,28 @@ class KeyFilter:
             elif self.contains(op.key):
                 return True
         return False
+
+
+def _query_key(name: str, text: str) -> bytes:
+    try:
+        return _bytes(text)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError(f"{name}: not standard padded base64: {text!r}") from e
+
+
+def parse_key_filter(begin: str | None, end: str | None, prefix: str | None) -> KeyFilter | None:
+    """The filter a `/v1/subscribe` query asks for (docs/api.md, "GET /v1/subscribe"):
+    `begin`/`end` (either may be left out: no bound on that side) or `prefix`, each
+    standard padded base64; None when none is given. ValueError, naming the parameter, for
+    bad base64, `prefix` together with `begin` or `end`, or `begin` not before `end`."""
+    if prefix is not None:
+        if begin is not None or end is not None:
+            raise ValueError("prefix: give either prefix or begin/end, not both")
+        return KeyFilter.of_prefix(_query_key("prefix", prefix))
+    if begin is None and end is None:
+        return None
+    low = _query_key("begin", begin) if begin is not None else b""
+    high = _query_key("end", end) if end is not None else None
+    if high is not None and not low < high:
+        raise ValueError("begin: must sort before end")
+    return KeyFilter(low, high)

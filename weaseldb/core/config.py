@@ -159,6 +159,11 @@ class ReaderConfig(_Section):
     ``reader-<hostname>``."""
     policy_interval_s: float = Field(5.0, gt=0)
     """How often the retention policy moves forward to the applied version."""
+    release_policy_on_stop: bool = False
+    """Delete the retention policy when the reader stops on a signal: for readers whose
+    state does not outlive them (a pod with an ``emptyDir``, whose next incarnation starts
+    from a snapshot under a new name), so a replaced reader does not hold GC back forever.
+    Off: a restarted reader resumes from its state and GC kept what it needs meanwhile."""
     apply_batch: int = Field(1000, ge=1)
     """Most transactions applied in one SQLite transaction while catching up."""
     cache_mib: int = Field(64, ge=1)

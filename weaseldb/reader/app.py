@@ -17,6 +17,7 @@ import binascii
 import contextlib
 import logging
 import re
+import sqlite3
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -25,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_late
 from starlette.types import Receive, Scope, Send
 
 from weaseldb.core import channels, manifest
-from weaseldb.core.changes import Frame, KeyFilter, decode_frame
+from weaseldb.core.changes import Frame, KeyFilter, decode_frame, parse_key_filter
 from weaseldb.core.channels import Readiness, Role
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.errors import (
@@ -118,14 +119,6 @@ def parse_version(raw: str, name: str = "version") -> int:
     return int(raw)
 
 
-def b64_query(raw: str, name: str) -> bytes:
-    """A key in a query string: standard base64 (a `+` left unencoded arrives as a space)."""
-    try:
-        return base64.b64decode(raw.replace(" ", "+"), validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise BadRequest(f"{name}: not standard base64: {e}") from e
-
-
 def b64_path(raw: str) -> bytes:
     """A key in the path: either alphabet, padding optional."""
     text = unquote(raw).replace("-", "+").replace("_", "/")
@@ -147,20 +140,12 @@ def query_of(scope: Scope) -> dict[str, str]:
 
 
 def key_range(query: dict[str, str]) -> KeyFilter | None:
-    """begin/end or prefix; None when neither is given (the whole key space)."""
-    prefix = query.get("prefix")
-    begin, end = query.get("begin"), query.get("end")
-    if prefix is not None:
-        if begin is not None or end is not None:
-            raise BadRequest("prefix excludes begin and end")
-        return KeyFilter.of_prefix(b64_query(prefix, "prefix"))
-    if begin is None and end is None:
-        return None
-    low = b64_query(begin, "begin") if begin is not None else b""
-    high = b64_query(end, "end") if end is not None else None
-    if high is not None and not low < high:
-        raise BadRequest("begin must sort before end")
-    return KeyFilter(low, high)
+    """begin/end or prefix, by the change stream's rules (docs/api.md); None when neither
+    is given (the whole key space)."""
+    try:
+        return parse_key_filter(query.get("begin"), query.get("end"), query.get("prefix"))
+    except ValueError as e:
+        raise BadRequest(str(e)) from e
 
 
 def _b64(data: bytes) -> str:
@@ -200,6 +185,9 @@ class ReaderApp:
             await handler(scope, receive, send)
         except WeaselError as e:
             await respond(send, *render_error(e))
+        except sqlite3.Error as e:  # the disk under the state: try again, maybe elsewhere
+            log.error("reading the state failed: %s", e)
+            await respond(send, *render_error(Unavailable(f"the reader's state failed: {e}")))
 
     # Reads
 
@@ -307,7 +295,7 @@ class ReaderApp:
         elif r.resetting:
             reason = "loading a newer snapshot"
         elif not r.following:
-            reason = f"not following {self.config.upstream}"
+            reason = f"not connected to {self.config.upstream}: serving up to {r.applied}"
         else:
             reason = f"following {self.config.upstream} at version {r.applied}"
         return Readiness(r.ready, Role.READER, reason, leader_id=r.leader_id or None)

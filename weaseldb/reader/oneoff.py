@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,18 @@ class OneOff:
     state: VersionedState
     version: int
     state_dir: Path
+    temporary: bool = False  # the directory was made for it: `close` removes it
+
+    def close(self) -> None:
+        self.state.close()
+        if self.temporary:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> OneOff:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 async def catch_up(
@@ -39,10 +52,26 @@ async def catch_up(
     """Bootstrap (newest snapshot, when `store` is given) and follow `upstream` in this
     process until the version its `/v1/version` gave at the start is applied. Unavailable
     when that takes longer than `timeout_s`."""
+    temporary = state_dir is None
     folder = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="weaseldb-reader-"))
     folder.mkdir(parents=True, exist_ok=True)
     config = ReaderConfig(upstream=upstream, state_dir=str(folder))
-    state = VersionedState(folder / STATE_FILE)
+    result = OneOff(VersionedState(folder / STATE_FILE), 0, folder, temporary)
+    try:
+        result.version = await _follow_to_now(result.state, config, store, folder, timeout_s)
+    except BaseException:
+        result.close()
+        raise
+    return result
+
+
+async def _follow_to_now(
+    state: VersionedState,
+    config: ReaderConfig,
+    store: BlobStore | None,
+    folder: Path,
+    timeout_s: float,
+) -> int:
     replica = Replica(state, config.subscriber_buffer_bytes)
     stop = asyncio.Event()
     async with httpx.AsyncClient(timeout=10.0) as client:
@@ -60,7 +89,7 @@ async def catch_up(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             await replica.quiesce()
-    return OneOff(state, version, folder)
+    return version
 
 
 def one_off(
@@ -72,7 +101,7 @@ def one_off(
 ) -> OneOff:
     """`catch_up` for synchronous callers (the CLI): opens the store from its URL
     (`dir:PATH`, `s3://...`) when given. The state lives in `state_dir` (a new temporary
-    directory by default; the caller removes it)."""
+    directory by default, removed by `close`; use it as a context manager)."""
     from weaseldb.runtime.stores import open_store
 
     async def run() -> OneOff:

@@ -46,11 +46,13 @@ STATE_FILE = "state.sqlite"
 SNAPSHOT_CHUNK = 50_000
 #: Transactions received but not applied yet beyond which the stream waits for the applier.
 MAX_PENDING = 20_000
-BACKOFF_S = (0.1, 5.0)
+#: Reconnect backoff: doubles from the first to the last (then jittered by 0.5-1.5x);
+#: short at the top, so a reader finds the new leader soon after a failover.
+BACKOFF_S = (0.1, 2.0)
 
 
 class UpstreamGap(Exception):
-    """The upstream's stream skipped or repeated a transaction: reconnect from applied."""
+    """The upstream's stream skipped a transaction: reconnect after the last one received."""
 
 
 class Truncated(Exception):
@@ -68,8 +70,9 @@ class Replica:
         self.applied = position.applied
         self.oldest = position.oldest
         self.leader_id = position.leader_id
-        self.bootstrapped = position.applied > 0 or state.row_count() > 0
-        self.following = False
+        self.bootstrapped = position.applied > 0 or not state.is_empty()
+        self.following = False  # connected to the upstream's stream right now
+        self.followed = False  # was at least once since start: the state is current enough
         self.resetting = False  # a snapshot is loading: reads wait (their rows may change)
         self.write_lock = asyncio.Lock()
         self.fan = FanOut(subscriber_buffer_bytes)
@@ -91,7 +94,11 @@ class Replica:
 
     @property
     def ready(self) -> bool:
-        return self.bootstrapped and self.following and not self.resetting
+        """Serving: bootstrapped and caught on the stream once. A reader that loses its
+        upstream stays ready (it still answers at the versions it has, and waits or says
+        not_caught_up for newer ones), so a leader failover does not empty a Service of
+        its readers."""
+        return self.bootstrapped and self.followed and not self.resetting
 
     def advance(self, through: int, leader_id: str, items: list[Item]) -> None:
         """SQLite holds everything up to `through`: readers may read it, subscribers get
@@ -99,7 +106,6 @@ class Replica:
         self.leader_id = leader_id or self.leader_id
         if items:
             self.fan.publish(items)
-            self.events_applied += len(items)
         if through > self.applied:
             self.applied = through
             self._advanced.set()
@@ -174,6 +180,9 @@ class Follower:
         self._pending: list[ChangeEvent] = []
         self._datas: list[bytes] = []
         self._through = replica.applied  # newest version the stream covered (tx or checkpoint)
+        # The last transaction received (None: not known, as right after a snapshot): every
+        # next one must name it as its prev_version (the stream is unfiltered).
+        self._last_tx = replica.state.last_event_version()
         self._leader = replica.leader_id
         self._work = asyncio.Event()
         self._room = asyncio.Event()
@@ -213,6 +222,7 @@ class Follower:
             shutil.rmtree(folder, ignore_errors=True)
         self._pending, self._datas = [], []
         self._through = snapshot.version
+        self._last_tx = None
         self.snapshots_loaded += 1
         log.info(
             "loaded snapshot %d (%d keys) in %.1f s",
@@ -231,7 +241,11 @@ class Follower:
             while not stop.is_set():
                 try:
                     await self._follow(stop)
+                    # The stream ended cleanly (its gateway stopping, a leader change):
+                    # again soon, but not in a tight loop.
+                    self.replica.following = False
                     delay = BACKOFF_S[0]
+                    await _sleep(stop, delay)
                 except Truncated:
                     log.warning("upstream history after %d is gone: reloading", self._through)
                     await self._drain()
@@ -275,12 +289,12 @@ class Follower:
                     f"{response.status_code}: {body[:200]!r}", request=response.request,
                     response=response,
                 )  # fmt: skip
-            self.replica.following = True
+            self.replica.following = self.replica.followed = True
             parser = SseParser()
             async for chunk in response.aiter_raw():
                 for frame in parser.feed(chunk):
                     self._take(decode_frame(frame), frame.data)
-                if self._through > self.replica.applied:
+                if self._pending or self._through > self.replica.applied:
                     self._work.set()
                 while len(self._pending) > MAX_PENDING:
                     self._room.clear()
@@ -295,12 +309,18 @@ class Follower:
         elif isinstance(event, ChangeEvent):
             if event.version <= self._through:
                 return  # already had it (a reconnect may repeat the edge)
-            if event.prev_version > self._through:
-                raise UpstreamGap(f"after {self._through} came {event.version} "
-                                  f"(prev_version {event.prev_version})")  # fmt: skip
+            chained = self._last_tx is None or event.prev_version == self._last_tx
+            if event.prev_version > self._through or not chained:
+                # Transactions between went missing (a checkpoint may even have claimed
+                # them): go on again right after the last one received, never past it.
+                missed = f"after {self._last_tx} (stream at {self._through}) came " \
+                    f"{event.version} with prev_version {event.prev_version}"  # fmt: skip
+                if self._last_tx is not None:
+                    self._through = self._last_tx
+                raise UpstreamGap(missed)
             self._pending.append(event)
             self._datas.append(data.encode())
-            self._through = event.version
+            self._through = self._last_tx = event.version
             self._leader = event.leader_id
 
     async def _drain(self) -> None:
@@ -333,12 +353,19 @@ class Follower:
         # A checkpoint past the batch counts only once nothing is left before it.
         through = self._through if not self._pending else events[-1].version
         leader = self._leader
-        items = [
-            Item(e.version, d, e.operations, transaction_frame(e.version, d))
-            for e, d in zip(events, datas, strict=True)
-        ]
         if events:
             await self.replica.write(self.replica.state.apply, events, datas, through, leader)
+        # Rendered once applied, and only when someone is live now (a subscriber that came
+        # while this batch was written registered below it, so it must get it from here).
+        items = (
+            [
+                Item(e.version, d, e.operations, transaction_frame(e.version, d))
+                for e, d in zip(events, datas, strict=True)
+            ]
+            if self.replica.fan.subscribers
+            else []
+        )
+        self.replica.events_applied += len(events)
         self.replica.advance(through, leader, items)
 
     # Side loops
@@ -361,6 +388,15 @@ class Follower:
                     sent = max(sent, await self._put_policy(version))
             if await _sleep(stop, self.config.policy_interval_s):
                 return
+
+    async def release_policy(self) -> None:
+        """Delete the retention policy (`reader.release_policy_on_stop`)."""
+        try:
+            answer = await self.http.delete(f"{self.upstream}/v1/retention/{self.policy_id}")
+        except httpx.HTTPError as e:
+            log.warning("could not delete retention policy %s: %s", self.policy_id, e)
+            return
+        log.info("retention policy %s deleted: %d", self.policy_id, answer.status_code)
 
     async def _put_policy(self, version: int) -> int:
         url = f"{self.upstream}/v1/retention/{self.policy_id}"

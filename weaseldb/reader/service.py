@@ -54,6 +54,8 @@ class ReaderService:
                 task.cancel()
             await asyncio.gather(*tasks, signalled, return_exceptions=True)
             await self.replica.quiesce()
+            if self.config.release_policy_on_stop:
+                await follower.release_policy()
         http.stop()
         await http.finished.wait()
         self.state.close()

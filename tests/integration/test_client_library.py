@@ -135,3 +135,29 @@ def test_subscribe_with_checkpoints_and_from_a_position(weasel: ProcessSet) -> N
         assert [v for v in versions if v <= committed[-1].version][-3:] == [
             c.version for c in committed[2:]
         ]
+
+
+def test_subscribe_filters_on_the_server(weasel: ProcessSet) -> None:
+    """Only transactions touching the range come (all their operations), and the gap
+    rule holds across the skipped ones (checkpoints carry the committed version)."""
+    with Client(weasel.url) as client:
+        start = client.version()
+        wanted = [
+            client.commit([Write("flt/a", "1")]),
+            client.commit([Write("other", "x"), Write("flt/b", "2")]),
+            client.commit([RangeDelete("fl", "flt/0")]),  # overlaps the prefix
+        ]
+        client.commit([Write("other", "y")])
+        last = client.commit([Write("flt/c", "3")])
+        wanted.append(last)
+        for stream in (
+            client.subscribe(after=start, prefix="flt/"),
+            client.subscribe(after=start, begin="flt/", end="flt0"),
+        ):
+            seen = [next(stream) for _ in wanted]
+            stream.close()
+            events = [e for e in seen if isinstance(e, ChangeEvent)]
+            assert [(e.version, e.request_id) for e in events] == [
+                (c.version, c.request_id) for c in wanted
+            ]
+            assert len(events[1].operations) == 2  # not trimmed

@@ -2,6 +2,9 @@
 typed results and errors, the commit retry protocol, the change stream, reads from a reader
 and `transactional`. It needs only the pure core and httpx."""
 
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
+
 from weaseldb.client.aio import AsyncClient, AsyncTransaction
 from weaseldb.client.model import (
     BadRequest,
@@ -29,6 +32,9 @@ from weaseldb.client.model import (
 from weaseldb.client.protocol import RetryPolicy
 from weaseldb.client.sync import Client, Transaction
 from weaseldb.core.changes import ChangeEvent, Checkpoint
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 __all__ = [
     "AsyncClient",
@@ -63,6 +69,12 @@ __all__ = [
 ]
 
 
-def transactional(client: Client, *, retries: int = 10):  # type: ignore[no-untyped-def]
+def transactional(
+    client: Client, *, retries: int = 10
+) -> Callable[[Callable[Concatenate[Transaction, P], T]], Callable[P, T]]:
     """`@transactional(client)`: the same as `@client.transactional`."""
-    return lambda fn: client.transactional(fn, retries=retries)
+
+    def decorate(fn: Callable[Concatenate[Transaction, P], T]) -> Callable[P, T]:
+        return client.transactional(fn, retries=retries)
+
+    return decorate

@@ -220,22 +220,25 @@ class AsyncClient:
         @functools.wraps(fn)
         async def run(*args: P.args, **kwargs: P.kwargs) -> T:
             read_version: Version | None = None
-            last: NotCommitted | None = None
+            last: NotCommitted | TooOld | None = None
             for attempt in range(attempts.retries + 1):
                 if attempt:
                     await asyncio.sleep(self._ctx.policy.delay(attempt - 1, None, self._ctx.rng))
                 tr = AsyncTransaction(self, read_version or await self.version())
                 try:
                     value = await fn(tr, *args, **kwargs)
-                except TooOld:
-                    read_version = None
+                except TooOld as e:
+                    read_version, last = None, e
                     continue
                 result = await tr.commit()
                 if result is None or isinstance(result, Committed):
                     return value
                 last = result
                 read_version = attempts.next_read_version(result)
-            raise Conflict(last or NotCommitted((), Version(0), ""), attempts.retries + 1)
+            if isinstance(last, NotCommitted):
+                raise Conflict(last, attempts.retries + 1)
+            assert last is not None
+            raise last  # every run read below the reader's horizon
 
         return run
 

@@ -222,22 +222,25 @@ class Client:
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> T:
             read_version: Version | None = None
-            last: NotCommitted | None = None
+            last: NotCommitted | TooOld | None = None
             for attempt in range(attempts.retries + 1):
                 if attempt:
                     time.sleep(self._ctx.policy.delay(attempt - 1, None, self._ctx.rng))
                 tr = Transaction(self, read_version or self.version())
                 try:
                     value = fn(tr, *args, **kwargs)
-                except TooOld:
-                    read_version = None  # the reader no longer holds the read version
+                except TooOld as e:  # the reader no longer holds the read version
+                    read_version, last = None, e
                     continue
                 result = tr.commit()
                 if result is None or isinstance(result, Committed):
                     return value
                 last = result
                 read_version = attempts.next_read_version(result)
-            raise Conflict(last or NotCommitted((), Version(0), ""), attempts.retries + 1)
+            if isinstance(last, NotCommitted):
+                raise Conflict(last, attempts.retries + 1)
+            assert last is not None
+            raise last  # every run read below the reader's horizon
 
         return run
 

@@ -129,6 +129,11 @@ def test_transfers_keep_the_total_and_apply_exactly_once(
         stream.close()
         assert all(count == 1 for count in applied.values()), "a transfer was applied twice"
         assert set(applied) == {t for t, returned in done.items() if returned}
+        # The reader serves the same stream again (the client follows it with `reader`).
+        again = client.subscribe(after=opened.version - 1, reader=True)
+        served = [next(again) for _ in versions]
+        again.close()
+        assert [e.version for e in served if isinstance(e, ChangeEvent)] == versions
         # The total at every version of the log, read through the reader at that version.
         for version in versions:
             balances = client.range(prefix="acct/", version=version)

@@ -142,6 +142,9 @@ class ChangeStreams:
     ) -> None:
         try:
             target = await self._live_start(sub)  # history must reach it to meet the live stream
+            # ... and what the stream will checkpoint: a worker that had no subscriber of
+            # this kind heard Progress but no events, so `seen` can lag `committed`.
+            target = max(target, self.hub.checkpoint(sub.durable))
             if after is None:
                 after = self._client.committed_version
             oldest = await history.retained_start(self._store)

@@ -345,6 +345,12 @@ class Hub:
     # Inputs from the ring
 
     def on_progress(self, committed: int, leader_id: str, term: int) -> None:
+        if self.term and term != self.term:
+            # A new term heard first in a Progress (it can overtake the TermStart): what
+            # the new leader recovered never comes as events, so end the streams as
+            # TermStart does, before a checkpoint could claim versions they were not sent.
+            self.on_term_start(term, leader_id, committed)
+            return
         self.committed = max(self.committed, committed)
         self.leader_id, self.term = leader_id, term
 

@@ -26,13 +26,24 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-from systems import LOADGEN, REPO, Running, build_loadgen, data_dir, etcd, load, weaseldb
+from systems import (
+    LOADGEN,
+    REPO,
+    Running,
+    build_loadgen,
+    data_dir,
+    etcd,
+    load,
+    pin_tree,
+    tree_cpu_seconds,
+    weaseldb,
+)
 
 from tests.support.cluster import free_port_block
 from tests.support.waiting import stop_process, wait_for
@@ -117,8 +128,43 @@ def caught_up(reader_address: str, version: int) -> bool:
         return False
 
 
+def measured_load(db: Running, seconds: float) -> tuple[Any, float]:
+    """One commit run and the CPU seconds the database's own processes spent per commit
+    in it: what readers cost the leader itself, apart from what the readers and the
+    subscribers' generator take from the same two cores."""
+    before = tree_cpu_seconds(db.pid)
+    result = load(db.address, "weasel", CONNECTIONS, seconds)
+    spent = tree_cpu_seconds(db.pid) - before
+    return result, spent / max(result["per_second"] * seconds, 1)
+
+
+@contextlib.contextmanager
+def leader_apart(db: Running) -> Iterator[None]:
+    """The database on the first core, and this process with everything it starts from here
+    (readers, subscribers, the load generator) on the others: readers on other nodes, as
+    they run in production, on one machine."""
+    every = os.sched_getaffinity(0)
+    first = {min(every)}
+    pin_tree(db.pid, first)
+    os.sched_setaffinity(0, every - first)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, every)
+        pin_tree(db.pid, every)
+
+
 def p11(db: Running, subscribers: int, seconds: float) -> dict[str, object]:
-    alone = load(db.address, "weasel", CONNECTIONS, seconds)
+    shared = p11_run(db, subscribers, seconds)
+    if len(os.sched_getaffinity(0)) < 2:
+        return shared
+    with leader_apart(db):
+        apart = p11_run(db, subscribers, seconds)
+    return {**shared, "leader_on_its_own_core": apart}
+
+
+def p11_run(db: Running, subscribers: int, seconds: float) -> dict[str, object]:
+    alone, cost_alone = measured_load(db, seconds)
     with reader(db, "a") as first, reader(db, "b") as second:
         holders = [
             subprocess.Popen(
@@ -131,7 +177,7 @@ def p11(db: Running, subscribers: int, seconds: float) -> dict[str, object]:
             )
             for address, count in ((first, subscribers // 2), (second, subscribers // 2))
         ]
-        watched = load(db.address, "weasel", CONNECTIONS, seconds)
+        watched, cost_watched = measured_load(db, seconds)
         fanned = [json.loads(h.communicate(timeout=seconds + 120)[0]) for h in holders]
     return {
         "subscribers": subscribers,
@@ -140,6 +186,8 @@ def p11(db: Running, subscribers: int, seconds: float) -> dict[str, object]:
         "events_per_s_delivered": round(sum(f["events_per_second"] for f in fanned)),
         "gaps": sum(f["gaps"] for f in fanned),
         "P11_with_over_without": round(watched["per_second"] / alone["per_second"], 3),
+        "leader_cpu_us_per_commit_alone": round(cost_alone * 1e6),
+        "leader_cpu_us_per_commit_with_reader_subscribers": round(cost_watched * 1e6),
     }
 
 
@@ -215,15 +263,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--operations", type=int, default=1_000_000)
     parser.add_argument("--out", default="bench/results/readers.json")
+    parser.add_argument(
+        "--only", choices=["P11", "P12", "catch_up"], help="one figure (the others are kept)"
+    )
     args = parser.parse_args()
     build_loadgen()
-    summary: dict[str, object] = {}
-    with weaseldb() as db:
-        summary["P11"] = p11(db, args.subscribers, args.seconds)
-        summary["P12"] = p12(db, args.seconds)
-        summary["catch_up"] = catch_up(db, args.operations)
-    print(json.dumps(summary, indent=2))
     out = Path(args.out)
+    summary: dict[str, object] = json.loads(out.read_text()) if args.only and out.exists() else {}
+    figures: dict[str, Callable[[Running], dict[str, object]]] = {
+        "P11": lambda db: p11(db, args.subscribers, args.seconds),
+        "P12": lambda db: p12(db, args.seconds),
+        "catch_up": lambda db: catch_up(db, args.operations),
+    }
+    with weaseldb() as db:
+        for name, measure in figures.items():
+            if args.only in (None, name):
+                summary[name] = measure(db)
+    print(json.dumps(summary, indent=2))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
 

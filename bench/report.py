@@ -190,10 +190,11 @@ def _readers(readers: Any) -> list[tuple[str, str, str, str]]:
         (
             "P11",
             f"commits/s at 64 connections with {p11['subscribers']:,} subscribers on two "
-            "readers / with none",
+            "readers / with none; the database's own CPU per commit beside it (readers, "
+            "subscribers and generator share the 2 cores; then the database alone on one)",
             f"{p11['P11_with_over_without']} ({p11['commits_per_s_with_reader_subscribers']:,}"
             f" / {p11['commits_per_s_alone']:,}; {p11['events_per_s_delivered']:,} events/s "
-            f"delivered, {p11['gaps']} gaps)",
+            f"delivered, {p11['gaps']} gaps; {_cpu(p11)}){_apart(p11)}",
             GOALS["P11"],
         ),
         (
@@ -212,6 +213,24 @@ def _readers(readers: Any) -> list[tuple[str, str, str, str]]:
             "-",
         ),
     ]
+
+
+def _cpu(run: Any) -> str:
+    return (
+        f"{run['leader_cpu_us_per_commit_with_reader_subscribers']} / "
+        f"{run['leader_cpu_us_per_commit_alone']} µs CPU per commit"
+    )
+
+
+def _apart(p11: Any) -> str:
+    apart = p11.get("leader_on_its_own_core")
+    if not apart:
+        return ""
+    return (
+        f"; database on its own core: {apart['P11_with_over_without']} "
+        f"({apart['commits_per_s_with_reader_subscribers']:,} / "
+        f"{apart['commits_per_s_alone']:,}; {_cpu(apart)})"
+    )
 
 
 def _p4(commit: Any) -> str:

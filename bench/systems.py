@@ -62,6 +62,51 @@ def busy_cores(seconds: float = 2.0) -> float:
     return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
 
 
+def _process_table() -> tuple[dict[int, int], dict[int, float]]:
+    """(pid -> parent pid, pid -> CPU seconds) of every process (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return parents, times
+
+
+def process_tree(root: int, parents: dict[int, int] | None = None) -> set[int]:
+    """`root` and its live descendants."""
+    parents = parents if parents is not None else _process_table()[0]
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier += children
+    return tree
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) spent so far by `root` and every live descendant
+    (children that exited are not counted, which suits long-lived services)."""
+    parents, times = _process_table()
+    return sum(times.get(pid, 0.0) for pid in process_tree(root, parents))
+
+
+def pin_tree(root: int, cores: set[int]) -> None:
+    """Every thread of `root` and its descendants may run only on `cores`."""
+    for pid in process_tree(root):
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task.name), cores)
+
+
 def warn_if_busy() -> None:
     """The ratios are only worth something on a quiet machine: say so when it is not (a
     kind cluster left up by `make test` alone takes about a quarter of a core)."""

@@ -16,7 +16,7 @@ import binascii
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
@@ -77,12 +77,14 @@ def add_parser(commands: Any) -> None:
     get = verbs.add_parser("get", parents=[common], help="print KEY's value (exit 1: missing)")
     get.add_argument("key")
     get.add_argument("--version", type=int, help="read at this version (default: the newest)")
+    _consistency(get)
     scan = verbs.add_parser("range", parents=[common], help="print the keys in [BEGIN, END)")
     scan.add_argument("begin", nargs="?")
     scan.add_argument("end", nargs="?")
     scan.add_argument("--prefix", help="every key starting with PREFIX instead")
     scan.add_argument("--limit", type=int, help="at most this many keys")
     scan.add_argument("--version", type=int, help="read at this version (default: the newest)")
+    _consistency(scan)
     watch = verbs.add_parser("watch", parents=[common], help="print transactions as they commit")
     watch.add_argument("--prefix", help="only those touching keys starting with PREFIX")
     watch.add_argument("--after", type=int, help="from the version after this (default: now)")
@@ -260,10 +262,28 @@ def _horizon() -> Iterator[None]:
         raise TooOld(str(e), oldest_version=e.oldest) from e
 
 
+def _consistency(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument(
+        "--consistency",
+        choices=["l", "s"],
+        default="l",
+        help="with --reader and no --version: l (default) reads at the leader's version, so "
+        "every commit acknowledged before the read is seen; s reads at the reader's own "
+        "newest version (no request to the leader, may be behind), as etcdctl's flag",
+    )
+
+
+def _reader_version(args: argparse.Namespace, client: Client) -> int | None:
+    """The version a read through a running reader is made at (etcdctl's consistency)."""
+    if args.version is not None or args.consistency == "s":
+        return cast(int | None, args.version)
+    return client.version()
+
+
 def _get(args: argparse.Namespace, client: Client) -> int:
     key = _key(args, args.key)
     if args.reader is not None:
-        found = client.get_key_value(key, args.version)
+        found = client.get_key_value(key, _reader_version(args, client))
     else:
         reads = OneOffReads(args)
         try:
@@ -295,7 +315,7 @@ def _write_value(args: argparse.Namespace, value: bytes) -> None:
 def _range(args: argparse.Namespace, client: Client) -> int:
     begin, end = _range_bounds(args)
     if args.reader is not None:
-        items = client.range(begin, end or _top(begin), args.version, args.limit)
+        items = client.range(begin, end or _top(begin), _reader_version(args, client), args.limit)
     else:
         reads = OneOffReads(args)
         try:

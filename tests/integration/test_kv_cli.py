@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.cluster import ProcessSet
 from tests.support.reader import ReaderProcess
+from tests.support.tcpproxy import DelayProxy
 
 pytestmark = pytest.mark.slow
 
@@ -144,3 +145,28 @@ def test_reads_through_a_running_reader(weasel: ProcessSet, tmp_path: Path) -> N
         assert missing.returncode == 1 and "not found" in missing.stderr
     finally:
         assert reader.stop() == 0, reader.log()
+
+
+def test_reads_through_a_reader_see_every_acknowledged_commit_unless_asked_not_to(
+    weasel: ProcessSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kv get --reader` reads at the leader's version by default (etcdctl's linearizable
+    read), so a put acknowledged just before is seen even from a reader that lags;
+    `--consistency s` reads at the reader's own position and does not wait for it."""
+    from weaseldb_cli.main import main
+
+    lagging = DelayProxy(weasel.port, delay_s=0.7).start()  # every chunk of its stream late
+    reader = ReaderProcess(f"http://127.0.0.1:{lagging.port}", tmp_path / "reader").start()
+    try:
+        for round_ in range(3):
+            value = f"v{round_}"
+            assert main(["kv", "put", "cli/lag", value, "--url", weasel.url]) == 0
+            args = ["--url", weasel.url, "--reader", reader.url]
+            capsys.readouterr()
+            assert main(["kv", "get", "cli/lag", *args, "--consistency", "s"]) in (0, 1)
+            assert capsys.readouterr().out != f"{value}\n"  # the reader is 0.7 s behind
+            assert main(["kv", "get", "cli/lag", *args]) == 0
+            assert capsys.readouterr().out == f"{value}\n"
+    finally:
+        assert reader.stop() == 0, reader.log()
+        lagging.stop()

@@ -196,7 +196,9 @@ class Follower:
         if self.replica.bootstrapped:
             log.info("resuming after version %d", self.replica.applied)
             return
-        if not await self.load_newest_snapshot():
+        if self.store is None:  # not an error until the log is truncated under it
+            log.info("no object store configured: following from version 0")
+        elif not await self.load_newest_snapshot():
             log.info("no snapshot: following from version 0")
         self.replica.bootstrapped = True
 

@@ -37,6 +37,7 @@ from weaseldb.core.protocol import (
     TermStart,
 )
 from weaseldb.core.store import BlobStore
+from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.gateway")
 
@@ -159,18 +160,10 @@ class ChangeStreams:
         except Exception as e:  # store errors included: 503 with Retry-After, not a 500
             await send_error(send, e)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
+        await start_event_stream(send)
+        listener = asyncio.create_task(
+            wait_disconnect(receive, lambda: sub.close(CloseReason.DISCONNECTED, flush=False))
         )
-        listener = asyncio.create_task(_wait_disconnect(receive, sub))
         pump = asyncio.create_task(self._history_then_live(sub, after, target, send))
         sub.on_cut = pump.cancel  # a slow subscriber is cut off even while a send waits
         try:
@@ -282,11 +275,3 @@ class ChangeStreams:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, min(next_checkpoint, next_keepalive) - now)):
                     await sub.wake.wait()
-
-
-async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            sub.close(CloseReason.DISCONNECTED, flush=False)
-            return

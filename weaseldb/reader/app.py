@@ -47,6 +47,7 @@ from weaseldb.core.types import VERSION_MAX
 from weaseldb.reader.fanout import KEEPALIVE, Item, Subscriber, checkpoint_frame, transaction_frame
 from weaseldb.reader.replica import Replica, snapshot_entry
 from weaseldb.reader.state import TooOld
+from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.reader")
 
@@ -351,18 +352,8 @@ class ReaderApp:
         if after < replica.oldest:
             raise await self._truncated(after)
         sub = replica.fan.register(after, key_filter)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
-        listener = asyncio.create_task(_wait_disconnect(receive, sub))
+        await start_event_stream(send)
+        listener = asyncio.create_task(wait_disconnect(receive, lambda: sub.close("disconnected")))
         pump = asyncio.create_task(self._history_then_live(sub, after, live_start, send))
         sub.on_cut = pump.cancel
         try:
@@ -441,11 +432,3 @@ class ReaderApp:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(wait, 0.001)):
                     await sub.wake.wait()
-
-
-async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            sub.close("disconnected")
-            return

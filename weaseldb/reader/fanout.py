@@ -1,9 +1,10 @@
 """Change-stream fan-out inside the reader (no framework, no transport).
 
 Each batch of transactions the reader applies becomes one `Round` of events rendered once
-(the upstream's own bytes), appended to the `Journal`; every subscriber reads the journal
-through its own cursor when it wakes, so a round costs one append whatever the number of
-subscribers, and a subscriber one read and one write per wake-up. A subscriber more than its
+(the upstream's own bytes), appended to the `Journal` (weaseldb/core/journal.py); every
+subscriber reads the journal through its own cursor when it wakes, so a round costs one
+append whatever the number of subscribers, and a subscriber one read and one write per
+wake-up. A subscriber more than its
 limit behind is cut off (only it), and a round is dropped once every subscriber has read it.
 The same shape as the gateway's hub (services/gateway/subscriptions.py), keyed by versions
 because the reader serves durable events only.
@@ -17,14 +18,13 @@ events it is sent.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
 import orjson
 
 from weaseldb.core.changes import KeyFilter
+from weaseldb.core.journal import Journal
 from weaseldb.core.protocol import Operation
 
 _PREV = b',"prev_version":'
@@ -64,31 +64,10 @@ class Item:
 class Round:
     items: list[Item]
     data: bytes  # every item's frame, joined
-    end: int  # the journal's byte offset after this round
 
-
-class Journal:
-    def __init__(self) -> None:
-        self._rounds: deque[Round] = deque()
-        self.first = 0  # sequence number of the oldest round kept
-        self.end = 0  # bytes ever appended
-
-    @property
-    def next(self) -> int:
-        return self.first + len(self._rounds)
-
-    def append(self, items: list[Item]) -> None:
-        data = b"".join(item.frame for item in items)
-        self.end += len(data)
-        self._rounds.append(Round(items, data, self.end))
-
-    def since(self, cursor: int) -> list[Round]:
-        return list(islice(self._rounds, max(cursor - self.first, 0), None))
-
-    def drop_before(self, cursor: int) -> None:
-        while self._rounds and self.first < cursor:
-            self._rounds.popleft()
-            self.first += 1
+    @classmethod
+    def of(cls, items: list[Item]) -> Round:
+        return cls(items, b"".join(item.frame for item in items))
 
 
 @dataclass(eq=False)
@@ -161,7 +140,7 @@ class FanOut:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.journal = Journal()
+        self.journal: Journal[Round] = Journal()
         self.subscribers: dict[Subscriber, None] = {}
         self.cut_off = 0
 
@@ -184,7 +163,7 @@ class FanOut:
         are cut off."""
         if not self.subscribers:
             return  # nobody to read it: the kept events serve whoever comes later
-        self.journal.append(items)
+        self.journal.append(Round.of(items))
         cut: list[Subscriber] = []
         for sub in self.subscribers:
             if self.journal.end - sub.offset <= self.limit:

@@ -28,11 +28,20 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
-from systems import LOADGEN, REPO, Running, build_loadgen, data_dir, etcd, load, weaseldb
+from systems import (
+    LOADGEN,
+    REPO,
+    Running,
+    build_loadgen,
+    data_dir,
+    etcd,
+    load,
+    weaseldb,
+    write_summary,
+)
 
 from tests.support.cluster import free_port_block
 from tests.support.waiting import stop_process, wait_for
@@ -222,10 +231,7 @@ def main() -> None:
         summary["P11"] = p11(db, args.subscribers, args.seconds)
         summary["P12"] = p12(db, args.seconds)
         summary["catch_up"] = catch_up(db, args.operations)
-    print(json.dumps(summary, indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    write_summary(summary, args.out)
 
 
 if __name__ == "__main__":

@@ -122,11 +122,8 @@ class Subscriber:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     on_cut: Callable[[], object] | None = None  # called when cut off for falling behind
 
-    def __post_init__(self) -> None:
-        self.cursor, self.offset = self.feed.journal.next, self.feed.journal.end
-
     @property
-    def journal(self) -> Journal[Round]:
+    def journal(self) -> Journal[Round, Subscriber]:
         return self.feed.journal
 
     @property
@@ -163,9 +160,7 @@ class Subscriber:
         if self._kept is not None:
             rounds, self._kept = self._kept, []
         else:
-            rounds = self.journal.since(self.cursor)
-            self.cursor, self.offset = self.journal.next, self.journal.end
-            self.feed.read(self)
+            rounds = self.journal.read(self)
         self.wake.clear()
         if self.filter is not None:
             return self._filtered(rounds, self.filter)
@@ -204,12 +199,11 @@ class Subscriber:
 
 @dataclass(eq=False)
 class Feed:
-    """One kind of events coming into this worker: wanted while it has subscribers. The
-    subscribers are kept in the order they last read the journal, which is also the order
-    of their offsets (a reader moves to the end), so the slowest is always the first."""
+    """One kind of events coming into this worker: wanted while it has subscribers (the
+    journal's readers, slowest first)."""
 
-    journal: Journal[Round] = field(default_factory=Journal)
-    subscribers: dict[Subscriber, None] = field(default_factory=dict)
+    limit: int  # bytes a subscriber may fall behind before it is cut off
+    journal: Journal[Round, Subscriber] = field(default_factory=Journal)
     number: int = 0  # the sync number of the current want (0: not wanted)
     issued: int = 0  # sync numbers handed out so far
     synced: bool = False  # the publisher answered `number`: nothing from here is missing
@@ -235,43 +229,31 @@ class Feed:
         self.ready.set()
         return True
 
+    @property
+    def subscribers(self) -> dict[Subscriber, None]:
+        return self.journal.readers
+
     def add(self, sub: Subscriber) -> None:
-        self.subscribers[sub] = None
+        self.journal.join(sub)
         self.want()
 
     def remove(self, sub: Subscriber) -> None:
-        self.subscribers.pop(sub, None)
-        self._trim()
+        self.journal.leave(sub)
         self.settle()
-
-    def read(self, sub: Subscriber) -> None:
-        if sub in self.subscribers:
-            self.subscribers[sub] = self.subscribers.pop(sub)  # to the end: newest offset
-            self._trim()
 
     def publish(self, items: list[tuple[int, bytes]], source: Source) -> list[Subscriber]:
         """Append one round and wake every subscriber; returns the ones it cut off for
         being more than their limit behind (only those: nobody waits for them)."""
         self.journal.append(Round.of(items, source))
-        cut: list[Subscriber] = []
-        for sub in self.subscribers:
-            if self.journal.end - sub.offset <= sub.limit:
-                break  # the rest read later, so they are nearer
-            cut.append(sub)
+        cut = self.journal.cut_behind(self.limit)
         for sub in cut:
-            del self.subscribers[sub]
             sub.close(CloseReason.SLOW, flush=False)
             if sub.on_cut is not None:
                 sub.on_cut()
         for sub in self.subscribers:
             sub.wake.set()
-        self._trim()
         self.settle()
         return cut
-
-    def _trim(self) -> None:
-        slowest = next(iter(self.subscribers), None)
-        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)
 
 
 class Hub:
@@ -283,7 +265,7 @@ class Hub:
         self.durable_seen = 0  # newest durable transaction version seen
         self.accepted_seen = 0  # newest accepted transaction version seen
         self.accepted_through = 0  # every version up to it was resolved (accepted or not)
-        self._feeds = {True: Feed(), False: Feed()}
+        self._feeds = {True: Feed(buffer_limit), False: Feed(buffer_limit)}
         self.dropped = 0
 
     @property

@@ -88,7 +88,6 @@ class Subscriber:
 
     def __post_init__(self) -> None:
         self.prev_sent = self.position
-        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
 
     def render(self, items: list[Item]) -> bytes:
         """The frames of `items` this subscriber is owed (above its position, in its
@@ -110,9 +109,7 @@ class Subscriber:
 
     def take(self) -> bytes:
         """Everything the journal holds for it since its last take."""
-        rounds = self.fan.journal.since(self.cursor)
-        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
-        self.fan.read(self)
+        rounds = self.fan.journal.read(self)
         self.wake.clear()
         chunks: list[bytes] = []
         for round_ in rounds:
@@ -135,28 +132,24 @@ class Subscriber:
 
 
 class FanOut:
-    """The subscribers, kept in the order they last read the journal (which is the order of
-    their offsets), so the slowest is always the first."""
+    """The subscribers: the journal's readers, slowest first."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.journal: Journal[Round] = Journal()
-        self.subscribers: dict[Subscriber, None] = {}
+        self.journal: Journal[Round, Subscriber] = Journal()
         self.cut_off = 0
+
+    @property
+    def subscribers(self) -> dict[Subscriber, None]:
+        return self.journal.readers
 
     def register(self, position: int, key_filter: KeyFilter | None) -> Subscriber:
         sub = Subscriber(self, position, key_filter)
-        self.subscribers[sub] = None
+        self.journal.join(sub)
         return sub
 
     def unregister(self, sub: Subscriber) -> None:
-        self.subscribers.pop(sub, None)
-        self._trim()
-
-    def read(self, sub: Subscriber) -> None:
-        if sub in self.subscribers:
-            self.subscribers[sub] = self.subscribers.pop(sub)
-            self._trim()
+        self.journal.leave(sub)
 
     def publish(self, items: list[Item]) -> None:
         """One round, then every subscriber woken; those now more than the limit behind
@@ -164,31 +157,20 @@ class FanOut:
         if not self.subscribers:
             return  # nobody to read it: the kept events serve whoever comes later
         self.journal.append(Round.of(items))
-        cut: list[Subscriber] = []
-        for sub in self.subscribers:
-            if self.journal.end - sub.offset <= self.limit:
-                break
-            cut.append(sub)
+        cut = self.journal.cut_behind(self.limit)
         for sub in cut:
-            del self.subscribers[sub]
             sub.close("slow_consumer")
             if sub.on_cut is not None:
                 sub.on_cut()
         self.cut_off += len(cut)
         for sub in self.subscribers:
             sub.wake.set()
-        self._trim()
 
     def close_all(self, reason: str) -> None:
         for sub in list(self.subscribers):
             sub.close(reason)
-        self.subscribers.clear()
-        self._trim()
+            self.journal.leave(sub)
 
     def wake_all(self) -> None:
         for sub in self.subscribers:
             sub.wake.set()
-
-    def _trim(self) -> None:
-        slowest = next(iter(self.subscribers), None)
-        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)

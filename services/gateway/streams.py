@@ -24,7 +24,7 @@ from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.subscriptions import CloseReason, Hub, Subscriber
 from weaseldb.core import history
-from weaseldb.core.changes import KeyFilter, parse_key_filter
+from weaseldb.core.changes import KEEPALIVE, KeyFilter, checkpoint_frame, parse_key_filter
 from weaseldb.core.config import Config
 from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
 from weaseldb.core.protocol import (
@@ -253,10 +253,10 @@ class ChangeStreams:
                 # Nothing sent for `interval`: for a filtered stream also while it reads
                 # rounds that all miss its keys, so its clients' position keeps moving.
                 version = max(0, self.hub.checkpoint(sub.durable))
-                data = sse.checkpoint_event(version, self.hub.leader_id)
+                data = checkpoint_frame(version, self.hub.leader_id)
                 next_checkpoint = now + interval
             if now >= next_keepalive:
-                data += sse.KEEPALIVE
+                data += KEEPALIVE
                 next_keepalive = now + keepalive
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})

@@ -21,26 +21,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import orjson
-
-from weaseldb.core.changes import KeyFilter
+from weaseldb.core.changes import KeyFilter, transaction_frame
 from weaseldb.core.journal import Journal
 from weaseldb.core.protocol import Operation
 
 _PREV = b',"prev_version":'
-
-
-def transaction_frame(version: int, data: bytes) -> bytes:
-    """One transaction as an SSE frame: the gateway's framing around the event's JSON."""
-    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (version, data)
-
-
-def checkpoint_frame(committed_version: int, leader_id: str) -> bytes:
-    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
-    return b"event: checkpoint\ndata: %s\n\n" % data
-
-
-KEEPALIVE = b": keepalive\n\n"
 
 
 def with_prev_version(data: bytes, prev_version: int) -> bytes:

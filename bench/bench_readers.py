@@ -43,6 +43,7 @@ from systems import (
     pin_tree,
     tree_cpu_seconds,
     weaseldb,
+    write_summary,
 )
 
 from tests.support.cluster import free_port_block
@@ -279,9 +280,7 @@ def main() -> None:
         for name, measure in figures.items():
             if args.only in (None, name):
                 summary[name] = measure(db)
-    print(json.dumps(summary, indent=2))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    write_summary(summary, args.out)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-from pathlib import Path
 
-from systems import LOADGEN, build_loadgen, load, weaseldb
+from systems import LOADGEN, build_loadgen, load, weaseldb, write_summary
 
 CONNECTIONS = 64
 
@@ -47,10 +46,7 @@ def main() -> None:
         "gaps": fan_out["gaps"],
         "P6_with_over_without": round(watched["per_second"] / alone["per_second"], 3),
     }
-    print(json.dumps(summary, indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    write_summary(summary, args.out)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,14 @@ def warn_if_busy() -> None:
         )
 
 
+def write_summary(summary: dict[str, Any], out: str) -> None:
+    """Print a benchmark's summary and keep it as JSON at `out` (bench/results/...)."""
+    print(json.dumps(summary, indent=2))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2))
+
+
 def build_loadgen() -> Path:
     """Build bench/loadgen (Go, standard library only) when its source is newer."""
     source = REPO / "bench" / "loadgen"

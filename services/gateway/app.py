@@ -17,7 +17,7 @@ from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp
 
-from services.gateway import docs_ui, errors, openapi, sse
+from services.gateway import docs_ui, errors, openapi
 from services.gateway.commit_route import CommitRoute
 from services.gateway.lookups import StatusLookups
 from services.gateway.pipeline import PipelineClient, PipelineUnavailable
@@ -39,7 +39,7 @@ from weaseldb.core.errors import (
 )
 from weaseldb.core.layout import is_newer_term
 from weaseldb.core.protocol import CommitEntry, CommitReply
-from weaseldb.core.types import Outcome
+from weaseldb.core.types import Outcome, parse_version
 from weaseldb.runtime import tracing
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, add_operations_routes
@@ -297,7 +297,7 @@ def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
         min_version: str = Query("0", description="versions below it are not searched"),
     ) -> Response:
         try:
-            low = sse.parse_version(min_version)
+            low = parse_version(min_version)
         except ValueError as e:
             raise BadRequest(f"min_version: {e}") from e
         stage.require_leader()

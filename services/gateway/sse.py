@@ -7,16 +7,14 @@ event out to many subscribers costs a reference append per subscriber, not a ren
 from __future__ import annotations
 
 import base64
-import re
 from typing import Any
 
 import orjson
 
+from weaseldb.core.changes import transaction_frame
 from weaseldb.core.protocol import Delete, EventTransaction, Operation, Write
 from weaseldb.core.timestamps import iso_ms
-from weaseldb.core.types import VERSION_MAX
-
-KEEPALIVE = b": keepalive\n\n"
+from weaseldb.core.types import parse_version
 
 
 def _b64(data: bytes) -> str:
@@ -43,13 +41,9 @@ def transaction_body(tx: EventTransaction, prev_version: int, leader_id: str) ->
 
 
 def transaction_event(tx: EventTransaction, prev_version: int, leader_id: str) -> bytes:
-    data = orjson.dumps(transaction_body(tx, prev_version, leader_id))
-    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (tx.version, data)
-
-
-def checkpoint_event(committed_version: int, leader_id: str) -> bytes:
-    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
-    return b"event: checkpoint\ndata: %s\n\n" % data
+    return transaction_frame(
+        tx.version, orjson.dumps(transaction_body(tx, prev_version, leader_id))
+    )
 
 
 def parse_after(after: str | None, last_event_id: str | None) -> int | None:
@@ -59,17 +53,6 @@ def parse_after(after: str | None, last_event_id: str | None) -> int | None:
     if raw is None or raw == "":
         return None
     return parse_version(raw)
-
-
-_DIGITS = re.compile(rf"[0-9]{{1,{len(str(VERSION_MAX))}}}")
-
-
-def parse_version(raw: str) -> int:
-    """A version written in ASCII digits, nothing else (no sign, spaces, underscores,
-    fractions or other scripts' digits, which `str.isdigit` and `int` accept)."""
-    if not _DIGITS.fullmatch(raw) or int(raw) > VERSION_MAX:
-        raise ValueError(f"not a version (0..{VERSION_MAX} in ASCII digits): {raw!r}")
-    return int(raw)
 
 
 def parse_bool(raw: str | None, default: bool) -> bool:

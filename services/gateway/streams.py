@@ -24,7 +24,7 @@ from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.subscriptions import CloseReason, Hub, Subscriber
 from weaseldb.core import history
-from weaseldb.core.changes import KeyFilter, parse_key_filter
+from weaseldb.core.changes import KEEPALIVE, KeyFilter, checkpoint_frame, parse_key_filter
 from weaseldb.core.config import Config
 from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
 from weaseldb.core.protocol import (
@@ -37,6 +37,7 @@ from weaseldb.core.protocol import (
     TermStart,
 )
 from weaseldb.core.store import BlobStore
+from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.gateway")
 
@@ -159,18 +160,10 @@ class ChangeStreams:
         except Exception as e:  # store errors included: 503 with Retry-After, not a 500
             await send_error(send, e)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
+        await start_event_stream(send)
+        listener = asyncio.create_task(
+            wait_disconnect(receive, lambda: sub.close(CloseReason.DISCONNECTED, flush=False))
         )
-        listener = asyncio.create_task(_wait_disconnect(receive, sub))
         pump = asyncio.create_task(self._history_then_live(sub, after, target, send))
         sub.on_cut = pump.cancel  # a slow subscriber is cut off even while a send waits
         try:
@@ -260,10 +253,10 @@ class ChangeStreams:
                 # Nothing sent for `interval`: for a filtered stream also while it reads
                 # rounds that all miss its keys, so its clients' position keeps moving.
                 version = max(0, self.hub.checkpoint(sub.durable))
-                data = sse.checkpoint_event(version, self.hub.leader_id)
+                data = checkpoint_frame(version, self.hub.leader_id)
                 next_checkpoint = now + interval
             if now >= next_keepalive:
-                data += sse.KEEPALIVE
+                data += KEEPALIVE
                 next_keepalive = now + keepalive
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -282,11 +275,3 @@ class ChangeStreams:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, min(next_checkpoint, next_keepalive) - now)):
                     await sub.wake.wait()
-
-
-async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            sub.close(CloseReason.DISCONNECTED, flush=False)
-            return

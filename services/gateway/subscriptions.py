@@ -2,14 +2,15 @@
 
 The persister sends `DurableEvents` and the resolver `AcceptedEvents` once per round to
 the workers that asked for them; the `Hub` renders each transaction once and appends the
-round to that kind's `Journal`, which every subscriber of the kind reads through its own
-cursor when it wakes (at most once per linger). So a round costs one render per
-transaction and one append, whatever the number of subscribers; a subscriber costs one
-read and one write per wake-up. Filtered subscribers (`?begin=&end=` or `?prefix=`) pay
-for themselves: a round keeps its transactions beside their rendered bytes, tests them
-against a filter the first time a subscriber with that filter reads it, and renders again
-an event whose `prev_version` must differ once per item and prev_version (so subscribers
-sharing a filter share the work); unfiltered subscribers never look.
+round to that kind's `Journal` (weaseldb/core/journal.py), which every subscriber of the
+kind reads through its own cursor when it wakes (at most once per linger). So a round
+costs one render per transaction and one append, whatever the number of subscribers; a
+subscriber costs one read and one write per wake-up. Filtered subscribers (`?begin=&end=`
+or `?prefix=`) pay for themselves: a round keeps its transactions beside their rendered
+bytes, tests them against a filter the first time a subscriber with that filter reads it,
+and renders again an event whose `prev_version` must differ once per item and
+prev_version (so subscribers sharing a filter share the work); unfiltered subscribers
+never look.
 A subscriber that falls more than its limit behind the journal is cut off (only it; nobody
 else waits for it), and the journal keeps a round only until every subscriber has read it.
 
@@ -31,13 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
 from services.gateway import sse
 from weaseldb.core.changes import KeyFilter
+from weaseldb.core.journal import Journal
 from weaseldb.core.protocol import AcceptedEvents, DurableEvents, EventTransaction
 
 
@@ -67,12 +67,15 @@ class Round:
 
     items: list[tuple[int, bytes]]  # (version, rendered event) per transaction
     data: bytes  # all of them joined
-    end: int  # the journal's offset after this round
     source: Source
     # Filtered subscribers' work, done once per round for all who share a filter (and a
     # position): made on first use, so rounds nobody filters carry none of it.
     _touching: dict[KeyFilter, list[int]] | None = None
     _renders: dict[tuple[int, int], bytes] | None = None
+
+    @classmethod
+    def of(cls, items: list[tuple[int, bytes]], source: Source) -> Round:
+        return cls(items, b"".join(event for _, event in items), source)
 
     def touching(self, keys: KeyFilter) -> list[int]:
         """Indexes of the items whose transaction touches `keys`."""
@@ -102,35 +105,6 @@ class Round:
         return own
 
 
-class Journal:
-    """The rounds of one kind of events, in order, each rendered once. Subscribers read
-    it through their own cursor, so a round costs the same with one subscriber or a
-    hundred; a round is dropped once every subscriber has read it."""
-
-    def __init__(self) -> None:
-        self._rounds: deque[Round] = deque()
-        self.first = 0  # sequence number of the oldest round kept
-        self.end = 0  # bytes ever appended: the offset after the newest round
-
-    @property
-    def next(self) -> int:
-        """The sequence number the next round will get."""
-        return self.first + len(self._rounds)
-
-    def append(self, items: list[tuple[int, bytes]], source: Source) -> None:
-        data = b"".join(event for _, event in items)
-        self.end += len(data)
-        self._rounds.append(Round(items, data, self.end, source))
-
-    def since(self, cursor: int) -> list[Round]:
-        return list(islice(self._rounds, max(cursor - self.first, 0), None))
-
-    def drop_before(self, cursor: int) -> None:
-        while self._rounds and self.first < cursor:
-            self._rounds.popleft()
-            self.first += 1
-
-
 @dataclass(eq=False)
 class Subscriber:
     durable: bool
@@ -148,11 +122,8 @@ class Subscriber:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     on_cut: Callable[[], object] | None = None  # called when cut off for falling behind
 
-    def __post_init__(self) -> None:
-        self.cursor, self.offset = self.feed.journal.next, self.feed.journal.end
-
     @property
-    def journal(self) -> Journal:
+    def journal(self) -> Journal[Round, Subscriber]:
         return self.feed.journal
 
     @property
@@ -189,9 +160,7 @@ class Subscriber:
         if self._kept is not None:
             rounds, self._kept = self._kept, []
         else:
-            rounds = self.journal.since(self.cursor)
-            self.cursor, self.offset = self.journal.next, self.journal.end
-            self.feed.read(self)
+            rounds = self.journal.read(self)
         self.wake.clear()
         if self.filter is not None:
             return self._filtered(rounds, self.filter)
@@ -230,12 +199,11 @@ class Subscriber:
 
 @dataclass(eq=False)
 class Feed:
-    """One kind of events coming into this worker: wanted while it has subscribers. The
-    subscribers are kept in the order they last read the journal, which is also the order
-    of their offsets (a reader moves to the end), so the slowest is always the first."""
+    """One kind of events coming into this worker: wanted while it has subscribers (the
+    journal's readers, slowest first)."""
 
-    journal: Journal = field(default_factory=Journal)
-    subscribers: dict[Subscriber, None] = field(default_factory=dict)
+    limit: int  # bytes a subscriber may fall behind before it is cut off
+    journal: Journal[Round, Subscriber] = field(default_factory=Journal)
     number: int = 0  # the sync number of the current want (0: not wanted)
     issued: int = 0  # sync numbers handed out so far
     synced: bool = False  # the publisher answered `number`: nothing from here is missing
@@ -261,43 +229,31 @@ class Feed:
         self.ready.set()
         return True
 
+    @property
+    def subscribers(self) -> dict[Subscriber, None]:
+        return self.journal.readers
+
     def add(self, sub: Subscriber) -> None:
-        self.subscribers[sub] = None
+        self.journal.join(sub)
         self.want()
 
     def remove(self, sub: Subscriber) -> None:
-        self.subscribers.pop(sub, None)
-        self._trim()
+        self.journal.leave(sub)
         self.settle()
-
-    def read(self, sub: Subscriber) -> None:
-        if sub in self.subscribers:
-            self.subscribers[sub] = self.subscribers.pop(sub)  # to the end: newest offset
-            self._trim()
 
     def publish(self, items: list[tuple[int, bytes]], source: Source) -> list[Subscriber]:
         """Append one round and wake every subscriber; returns the ones it cut off for
         being more than their limit behind (only those: nobody waits for them)."""
-        self.journal.append(items, source)
-        cut: list[Subscriber] = []
-        for sub in self.subscribers:
-            if self.journal.end - sub.offset <= sub.limit:
-                break  # the rest read later, so they are nearer
-            cut.append(sub)
+        self.journal.append(Round.of(items, source))
+        cut = self.journal.cut_behind(self.limit)
         for sub in cut:
-            del self.subscribers[sub]
             sub.close(CloseReason.SLOW, flush=False)
             if sub.on_cut is not None:
                 sub.on_cut()
         for sub in self.subscribers:
             sub.wake.set()
-        self._trim()
         self.settle()
         return cut
-
-    def _trim(self) -> None:
-        slowest = next(iter(self.subscribers), None)
-        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)
 
 
 class Hub:
@@ -309,7 +265,7 @@ class Hub:
         self.durable_seen = 0  # newest durable transaction version seen
         self.accepted_seen = 0  # newest accepted transaction version seen
         self.accepted_through = 0  # every version up to it was resolved (accepted or not)
-        self._feeds = {True: Feed(), False: Feed()}
+        self._feeds = {True: Feed(buffer_limit), False: Feed(buffer_limit)}
         self.dropped = 0
 
     @property

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.support import snapshots
-from tests.support.cluster import ProcessSet, free_port_block
+from tests.support.cluster import ProcessSet, configured_set
 from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
@@ -48,17 +48,12 @@ def log_versions(data: Path) -> list[int]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, run_dir: Path) -> Iterator[ProcessSet]:
-    config = tmp_path / "weasel.toml"
-    config.write_text(
+    config = (
         "[gateway]\ncheckpoint_interval_s = 0.2\nkeepalive_interval_s = 0.5\n"
         "subscriber_buffer_bytes = 262144\n"
     )
-    cluster = ProcessSet(
-        f"dir:{tmp_path / 'data'}", free_port_block(), run_dir, extra=["--config", str(config)]
-    ).start()
-    yield cluster
-    if cluster.process and cluster.process.poll() is None:
-        assert cluster.stop() == 0, cluster.log()
+    with configured_set(tmp_path, run_dir, config) as cluster:
+        yield cluster
 
 
 # Status

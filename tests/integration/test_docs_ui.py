@@ -9,12 +9,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
+from tests.support.cluster import ProcessSet
 
 pytestmark = pytest.mark.slow
 
@@ -57,16 +56,6 @@ def chromium(profile: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessSet]:
-    run = short_run_dir()
-    data = tmp_path_factory.mktemp("data")
-    weasel = ProcessSet(f"dir:{data}", free_port_block(), run).start()
-    yield weasel
-    assert weasel.stop() == 0, weasel.log()
-    shutil.rmtree(run, ignore_errors=True)
-
-
 def test_the_browser_here_cannot_reach_another_host(tmp_path: Path) -> None:
     """The control: under the same flags a script from a CDN does not load."""
     page = (
@@ -77,8 +66,8 @@ def test_the_browser_here_cannot_reach_another_host(tmp_path: Path) -> None:
     assert "<title>blocked</title>" in chromium(tmp_path / "profile", "--dump-dom", page)
 
 
-def test_docs_render_the_operations_with_no_network(gateway: ProcessSet, tmp_path: Path) -> None:
-    dom = chromium(tmp_path / "profile", "--dump-dom", f"{gateway.url}/docs")
+def test_docs_render_the_operations_with_no_network(weasel: ProcessSet, tmp_path: Path) -> None:
+    dom = chromium(tmp_path / "profile", "--dump-dom", f"{weasel.url}/docs")
     operations = set(OPERATION.findall(dom))
     assert {("POST", "/v1/commit"), ("GET", "/v1/subscribe"), ("GET", "/v1/version")} <= (
         operations
@@ -88,7 +77,7 @@ def test_docs_render_the_operations_with_no_network(gateway: ProcessSet, tmp_pat
         tmp_path / "profile",
         "--window-size=1280,2400",
         f"--screenshot={shot}",
-        f"{gateway.url}/docs",
+        f"{weasel.url}/docs",
     )
     # A blank page of that size compresses to a few kB; the rendered one is ~170 kB.
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000

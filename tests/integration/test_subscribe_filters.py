@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cluster import ProcessSet, free_port_block, metric
+from tests.support.cluster import ProcessSet, configured_set, metric
 from tests.support.load import Load
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
@@ -94,14 +94,8 @@ def filtered(keys: KeyFilter) -> dict[str, str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, run_dir: Path) -> Iterator[ProcessSet]:
-    config = tmp_path / "weasel.toml"
-    config.write_text("[gateway]\ncheckpoint_interval_s = 0.2\n")
-    cluster = ProcessSet(
-        f"dir:{tmp_path / 'data'}", free_port_block(), run_dir, extra=["--config", str(config)]
-    ).start()
-    yield cluster
-    if cluster.process and cluster.process.poll() is None:
-        assert cluster.stop() == 0, cluster.log()
+    with configured_set(tmp_path, run_dir, "[gateway]\ncheckpoint_interval_s = 0.2\n") as cluster:
+        yield cluster
 
 
 def caught_up(sub: Subscription, version: int) -> bool:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +151,21 @@ class ProcessSet:
             if name.encode() in cmdline:
                 return pid
         raise LookupError(name)
+
+
+@contextlib.contextmanager
+def configured_set(tmp_path: Path, run_dir: Path, config: str) -> Iterator[ProcessSet]:
+    """A set on a directory store in `tmp_path`, started with `config` (TOML) as its config
+    file; at the end stopped gracefully (exit 0 asserted) unless the test already stopped
+    or killed it."""
+    path = tmp_path / "weasel.toml"
+    path.write_text(config)
+    extra = ["--config", str(path)]
+    cluster = ProcessSet(f"dir:{tmp_path / 'data'}", free_port_block(), run_dir, extra=extra)
+    cluster.start()
+    yield cluster
+    if cluster.process and cluster.process.poll() is None:
+        assert cluster.stop() == 0, cluster.log()
 
 
 def metric(url: str, name: str, labels: str = "") -> float:

@@ -11,6 +11,7 @@ from services.gateway import retention, sse
 from services.gateway import status as st
 from services.gateway.requests import BadRequest
 from services.gateway.subscriptions import CloseReason, Hub
+from weaseldb.core.changes import checkpoint_frame
 from weaseldb.core.protocol import (
     AcceptedEvents,
     DurableEvents,
@@ -56,7 +57,7 @@ def test_sse_framing_and_parsing() -> None:
     event = sse.transaction_event(tx(7), 5, "L")
     assert event.startswith(b"id: 7\nevent: transaction\ndata: {") and event.endswith(b"\n\n")
     assert b'"prev_version":5' in event and b'"timestamp":"1970-01-01T00:00:00.000Z"' in event
-    assert sse.checkpoint_event(3, "L") == (
+    assert checkpoint_frame(3, "L") == (
         b'event: checkpoint\ndata: {"committed_version":3,"leader_id":"L"}\n\n'
     )
     assert sse.parse_after(None, "12") == 12 and sse.parse_after("3", "12") == 3

@@ -18,12 +18,15 @@ from weaseldb.client.model import (
     BadRequest,
     Committed,
     CommitUnknown,
+    Conflict,
+    KeyValue,
     LeaderChanged,
     LogTruncated,
     NotCommitted,
     PointRead,
     StreamGap,
     TooLarge,
+    TooOld,
     Unavailable,
     Write,
 )
@@ -40,6 +43,7 @@ from weaseldb.client.protocol import (
     Reply,
     Request,
     RetryPolicy,
+    Session,
     Sleep,
     StreamCursor,
     VersionMemory,
@@ -47,7 +51,7 @@ from weaseldb.client.protocol import (
     drive,
     subscribe_steps,
 )
-from weaseldb.client.transaction import Attempts, TransactionState
+from weaseldb.client.transaction import Attempts, Runs, TransactionState
 from weaseldb.core.changes import ChangeEvent, Checkpoint
 from weaseldb.core.types import RequestId, Version
 
@@ -483,3 +487,42 @@ def test_transactional_reruns_at_the_conflicts_version_and_fresh_after_too_old()
     assert attempts.next_read_version(conflict) == 9
     assert attempts.next_read_version(too_old) is None
     assert attempts.next_read_version(banned) is None
+
+
+def test_a_transactions_reads_record_only_what_the_buffer_does_not_decide() -> None:
+    tr = TransactionState(Version(5))
+    tr.set("a", "1")
+    assert tr.lookup("a") == (True, b"1")
+    assert tr.lookup("z") == (False, None)
+    assert tr.scan(None, None, b"p") == (b"p", b"q")
+    assert [type(p).__name__ for p in tr.preconditions] == ["PointRead", "RangeRead"]
+    stored = [
+        KeyValue(b"b", b"2", Version(5), Version(1)),
+        KeyValue(b"c", b"3", Version(5), Version(1)),
+    ]
+    assert tr.view(b"a", b"z", stored, 2) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_transactional_runs_sleep_between_runs_and_give_up_with_the_last_answer() -> None:
+    server = Server(sequence(COMMITTED))
+    runs = Runs(Attempts(retries=2), server.context())
+    conflict = NotCommitted(((0, "conflict"),), Version(9), RID)
+    delays = []
+    for delay in runs.delays():
+        delays.append(delay)
+        assert not runs.done(conflict)
+        assert runs.read_version == 9
+    assert delays[0] == 0 and all(d > 0 for d in delays[1:]) and len(delays) == 3
+    assert isinstance(runs.give_up(), Conflict)
+    runs.too_old(TooOld("gone", oldest_version=3))
+    assert runs.read_version is None and isinstance(runs.give_up(), TooOld)
+    assert Runs(Attempts(), server.context()).done(None)
+
+
+def test_a_session_remembers_committed_versions_as_the_next_commits_floor() -> None:
+    server = Server(sequence(COMMITTED))
+    session = Session(server.context())
+    assert drive(session.commit(OPS, request_id=RID), server) == Committed(Version(7), RID)
+    assert drive(session.commit(OPS, request_id=RID), server).version == 7
+    assert server.paths() == ["/v1/version", "/v1/commit", "/v1/commit"]
+    assert session.memory.version == 7

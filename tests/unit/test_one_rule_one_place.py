@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.gateway import errors as gateway_errors
-from services.gateway import retention, sse
+from services.gateway import retention
 from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.resolver.logic import Resolver
@@ -20,7 +20,7 @@ from weaseldb.core import layout
 from weaseldb.core.config import ResolverConfig
 from weaseldb.core.errors import BAD_REQUEST, JSON_MEDIA_TYPE, BadRequest, error_body
 from weaseldb.core.timestamps import iso, iso_ms, now_iso, parse_iso
-from weaseldb.core.types import VERSION_MAX
+from weaseldb.core.types import VERSION_MAX, parse_version
 from weaseldb.runtime.service import GuardedHttpTools
 from weaseldb.runtime.stores.memory import MemoryStore
 
@@ -32,9 +32,9 @@ def _commit_reading_at(version: int) -> bytes:
 
 def test_the_largest_version_is_one_bound_for_queries_and_bodies() -> None:
     assert VERSION_MAX == 2**63 - 1
-    assert sse.parse_version(str(VERSION_MAX)) == VERSION_MAX
+    assert parse_version(str(VERSION_MAX)) == VERSION_MAX
     with pytest.raises(ValueError):
-        sse.parse_version(str(VERSION_MAX + 1))
+        parse_version(str(VERSION_MAX + 1))
     parse_commit(_commit_reading_at(VERSION_MAX), Limits())
     with pytest.raises(BadRequest):
         parse_commit(_commit_reading_at(VERSION_MAX + 1), Limits())

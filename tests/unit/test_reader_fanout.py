@@ -9,11 +9,11 @@ import asyncio
 import orjson
 import pytest
 
-from weaseldb.core.changes import Frame, KeyFilter, decode_frame
+from weaseldb.core.changes import Frame, KeyFilter, decode_frame, transaction_frame
 from weaseldb.core.errors import BadRequest
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.reader.app import b64_path, key_range
-from weaseldb.reader.fanout import FanOut, Item, transaction_frame, with_prev_version
+from weaseldb.reader.fanout import FanOut, Item, with_prev_version
 
 
 def item(version: int, prev: int, *ops: Operation) -> Item:

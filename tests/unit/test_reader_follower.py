@@ -5,7 +5,9 @@ checkpoint moves the position with no transaction."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,19 @@ def event(version: int, prev: int) -> ChangeEvent:
     )  # fmt: skip
 
 
+@contextlib.asynccontextmanager
+async def following(state: VersionedState, tmp_path: Path) -> AsyncIterator[Follower]:
+    """A follower applying to `state`, with no upstream (the tests feed it directly)."""
+    async with httpx.AsyncClient() as client:
+        yield Follower(Replica(state, 1 << 20), ReaderConfig(), client, None, tmp_path)
+
+
 def test_repeats_are_skipped_gaps_refused_and_checkpoints_move_the_position(
     tmp_path: Path,
 ) -> None:
     async def run() -> None:
         state = VersionedState(tmp_path / "state.sqlite")
-        replica = Replica(state, 1 << 20)
-        async with httpx.AsyncClient() as client:
-            follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
+        async with following(state, tmp_path) as follower:
             follower._take(event(3, 0), "{}")
             follower._take(event(3, 0), "{}")  # the edge of a reconnect, again
             follower._take(Checkpoint(Version(7), "L"), "")
@@ -44,7 +51,7 @@ def test_repeats_are_skipped_gaps_refused_and_checkpoints_move_the_position(
             with pytest.raises(UpstreamGap):
                 follower._take(event(12, 10), "{}")  # 10 was never seen
             await follower._apply_some()
-        assert replica.applied == 9
+        assert follower.replica.applied == 9
         assert state.position().applied == 9
         assert state.get(b"k", 8) is not None and state.get(b"k", 8).value == b"3"  # type: ignore[union-attr]
         state.close()
@@ -58,7 +65,6 @@ def test_a_subscriber_arriving_while_a_batch_is_written_gets_that_batch(tmp_path
 
     async def run() -> None:
         state = VersionedState(tmp_path / "state.sqlite")
-        replica = Replica(state, 1 << 20)
         written = threading.Event()
         release = threading.Event()
         apply = state.apply
@@ -69,8 +75,8 @@ def test_a_subscriber_arriving_while_a_batch_is_written_gets_that_batch(tmp_path
             apply(*args)
 
         state.apply = slow_apply  # type: ignore[method-assign,assignment]
-        async with httpx.AsyncClient() as client:
-            follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
+        async with following(state, tmp_path) as follower:
+            replica = follower.replica
             follower._take(event(1, 0), '{"version":1}')
             applying = asyncio.create_task(follower._apply_some())
             await asyncio.to_thread(written.wait, 10)
@@ -92,9 +98,7 @@ def test_a_checkpoint_past_transactions_never_sent_is_caught_and_repaired(
 
     async def run() -> None:
         state = VersionedState(tmp_path / "state.sqlite")
-        replica = Replica(state, 1 << 20)
-        async with httpx.AsyncClient() as client:
-            follower = Follower(replica, ReaderConfig(), client, None, tmp_path)
+        async with following(state, tmp_path) as follower:
             follower._take(event(3, 0), "{}")
             follower._take(Checkpoint(Version(7), "L"), "")  # 5 and 7 were never sent
             with pytest.raises(UpstreamGap):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import MutableMapping
+import contextlib
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +35,7 @@ from weaseldb.core.protocol import (
     RangeDelete,
     Write,
 )
+from weaseldb.core.store import BlobStore
 from weaseldb.core.types import RequestId, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
 
@@ -129,6 +131,20 @@ def client_side(stream: list[ChangeEvent], keys: KeyFilter, after: int) -> list[
 
 def transaction(version: int, ops: list[Operation]) -> EventTransaction:
     return EventTransaction(Version(version), RequestId(f"r{version}"), 1_700_000_000_000, ops)
+
+
+@contextlib.asynccontextmanager
+async def streams_over_log(tmp_path: Path, length: int) -> AsyncIterator[ChangeStreams]:
+    """A gateway worker's change streams (no ring: the hub is fed by the test) over a
+    directory store whose log holds transactions 1..length, one write each."""
+    batches = build_log([BatchSpec(0, [[Write(b"k%d" % i, b"v")]]) for i in range(length)])
+    settings = config.build({"store": f"dir:{tmp_path / 'data'}", "run_dir": str(tmp_path)})
+    store = DirectoryStore(tmp_path / "data")
+    try:
+        await write_log(store, batches)
+        yield ChangeStreams(settings, cast(Any, None), store, cast(Any, None))
+    finally:
+        await store.close()
 
 
 def publish(hub: Hub, durable: bool, prev: int, txs: list[EventTransaction]) -> None:
@@ -265,7 +281,7 @@ class _CloseDuring:
     """The store; closes `sub` (a leader change: flush what it holds) just before the
     `nth` batch read, so the history read stops part-way."""
 
-    def __init__(self, inner: DirectoryStore, sub: Subscriber, nth: int) -> None:
+    def __init__(self, inner: BlobStore, sub: Subscriber, nth: int) -> None:
         self.inner, self.sub, self.left = inner, sub, nth
 
     def __getattr__(self, name: str) -> Any:
@@ -288,26 +304,19 @@ def test_a_stream_closed_while_reading_history_ends_without_a_gap(
     """History stops part-way; the live rounds held for the subscriber start after the
     history's target, so sending them would skip what the history did not reach (a gap a
     filtered client cannot even see). The stream ends instead; the client resumes."""
-    batches = build_log([BatchSpec(0, [[Write(b"k%d" % i, b"v")]]) for i in range(30)])
-    settings = config.build({"store": f"dir:{tmp_path / 'data'}", "run_dir": str(tmp_path)})
 
     async def scenario() -> bytes:
-        store = DirectoryStore(tmp_path / "data")
-        await write_log(store, batches)
         sent: list[bytes] = []
 
         async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message.get("body", b""))
 
-        try:
-            streams = ChangeStreams(settings, cast(Any, None), store, cast(Any, None))
+        async with streams_over_log(tmp_path, 30) as streams:
             sub = streams.hub.register(True, keys)
             sync(streams.hub, True, 30)
             publish(streams.hub, True, 30, [transaction(31, [Write(b"k", b"v")])])
-            streams._store = cast(Any, _CloseDuring(store, sub, 10))
+            streams._store = cast(Any, _CloseDuring(streams._store, sub, 10))
             await streams._history_then_live(sub, 0, 30, send)
-        finally:
-            await store.close()
         return b"".join(sent)
 
     got = [e.version for e in events(asyncio.run(scenario()))]

@@ -8,16 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from services.gateway.streams import ChangeStreams
 from services.gateway.subscriptions import CloseReason, Hub
-from tests.support.logs import BatchSpec, build_log, write_log
-from tests.unit.test_subscribe_filters import events
-from weaseldb.core import config
-from weaseldb.core.protocol import DurableEvents, Write
+from tests.unit.test_subscribe_filters import events, streams_over_log
+from weaseldb.core.protocol import DurableEvents
 from weaseldb.core.types import Version
-from weaseldb.runtime.stores.directory import DirectoryStore
 
 
 def test_a_new_term_heard_first_in_progress_ends_durable_streams() -> None:
@@ -45,15 +41,10 @@ def test_a_stream_opened_on_a_worker_without_subscribers_gets_history_up_to_its_
     """A worker with no durable subscriber hears Progress (committed 30) but no events, so
     what it saw (10, from its TermStart) lags. A stream asking for what follows 20 must be
     sent 21..30 from the store before a checkpoint says 30 (it used to go live at once)."""
-    batches = build_log([BatchSpec(0, [[Write(b"k%d" % i, b"v")]]) for i in range(30)])
-    settings = config.build({"store": f"dir:{tmp_path / 'data'}", "run_dir": str(tmp_path)})
 
     async def scenario() -> bytes:
-        store = DirectoryStore(tmp_path / "data")
-        await write_log(store, batches)
         sent: list[bytes] = []
-        try:
-            streams = ChangeStreams(settings, cast(Any, None), store, cast(Any, None))
+        async with streams_over_log(tmp_path, 30) as streams:
             hub = streams.hub
             hub.on_term_start(9, "L", 10)
             hub.on_progress(30, "L", 9)  # no subscriber yet: no events came with it
@@ -72,8 +63,6 @@ def test_a_stream_opened_on_a_worker_without_subscribers_gets_history_up_to_its_
                 return {}
 
             await streams._stream(sub, 20, {}, receive, send)
-        finally:
-            await store.close()
         return b"".join(sent)
 
     data = asyncio.run(scenario())

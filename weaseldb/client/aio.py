@@ -8,7 +8,6 @@ import asyncio
 import functools
 import random
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -17,11 +16,8 @@ import httpx
 from weaseldb.client import protocol, transport
 from weaseldb.client.model import (
     CommitResult,
-    Committed,
-    Conflict,
     KeyLike,
     KeyValue,
-    NotCommitted,
     Operation,
     Precondition,
     TooOld,
@@ -37,12 +33,12 @@ from weaseldb.client.protocol import (
     Reply,
     Request,
     RetryPolicy,
+    Session,
     Sleep,
     Steps,
     StreamSteps,
-    VersionMemory,
 )
-from weaseldb.client.transaction import Attempts, TransactionState
+from weaseldb.client.transaction import Attempts, Runs, Writes
 from weaseldb.core.changes import ChangeEvent, Checkpoint
 from weaseldb.core.types import Version
 
@@ -64,8 +60,7 @@ class AsyncClient:
     ) -> None:
         self.urls = transport.Urls(url, reader_url)
         self._http = http or httpx.AsyncClient(timeout=timeout)
-        self._ctx = Context(policy or RetryPolicy(), time.monotonic, random.Random())
-        self._memory = VersionMemory()
+        self._session = Session(Context(policy or RetryPolicy(), time.monotonic, random.Random()))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -101,9 +96,7 @@ class AsyncClient:
     # Writes and status
 
     async def version(self) -> Version:
-        version = await self._run(protocol.version_steps(self._ctx))
-        self._memory.note(version, self._ctx.clock())
-        return version
+        return await self._run(self._session.version())
 
     async def commit(
         self,
@@ -113,21 +106,11 @@ class AsyncClient:
         request_id: str | None = None,
         leader_id: str | None = None,
     ) -> CommitResult:
-        steps = protocol.commit_steps(
-            self._ctx,
-            request_id or uuid.uuid4().hex,
-            list(operations),
-            list(preconditions),
-            read_version,
-            leader_id,
-            self._memory.fresh(self._ctx.clock(), self._ctx.policy.fresh_version_s),
-        )
-        result = await self._run(steps)
-        self._memory.note(result.version, self._ctx.clock())
-        return result
+        steps = self._session.commit(operations, preconditions, read_version, request_id, leader_id)
+        return await self._run(steps)
 
     async def status(self, request_id: str, min_version: int | None = None) -> CommitResult:
-        return await self._run(protocol.status_steps(self._ctx, request_id, min_version))
+        return await self._run(protocol.status_steps(self._session.ctx, request_id, min_version))
 
     # Reads (from the reader)
 
@@ -136,7 +119,7 @@ class AsyncClient:
         return None if found is None else found.value
 
     async def get_key_value(self, key: KeyLike, version: int | None = None) -> KeyValue | None:
-        return await self._run(protocol.lookup_steps(self._ctx, key, version))
+        return await self._run(protocol.lookup_steps(self._session.ctx, key, version))
 
     async def range(
         self,
@@ -147,7 +130,9 @@ class AsyncClient:
         *,
         prefix: KeyLike | None = None,
     ) -> list[KeyValue]:
-        return await self._run(protocol.range_steps(self._ctx, begin, end, prefix, version, limit))
+        return await self._run(
+            protocol.range_steps(self._session.ctx, begin, end, prefix, version, limit)
+        )
 
     # The change stream
 
@@ -163,7 +148,7 @@ class AsyncClient:
         reader: bool = False,
     ) -> AsyncGenerator[ChangeEvent | Checkpoint, None]:
         steps = protocol.subscribe_steps(
-            self._ctx, after, begin, end, prefix, durable, checkpoints, reader
+            self._session.ctx, after, begin, end, prefix, durable, checkpoints, reader
         )
         return self._stream(steps)
 
@@ -215,52 +200,36 @@ class AsyncClient:
         self, fn: Callable[Concatenate[AsyncTransaction, P], Awaitable[T]], *, retries: int = 10
     ) -> Callable[P, Awaitable[T]]:
         """`@client.transactional` for an `async def fn(tr, ...)` (see `Client`)."""
-        attempts = Attempts(retries)
 
         @functools.wraps(fn)
         async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-            read_version: Version | None = None
-            last: NotCommitted | TooOld | None = None
-            for attempt in range(attempts.retries + 1):
-                if attempt:
-                    await asyncio.sleep(self._ctx.policy.delay(attempt - 1, None, self._ctx.rng))
-                tr = AsyncTransaction(self, read_version or await self.version())
+            runs = Runs(Attempts(retries), self._session.ctx)
+            for delay in runs.delays():
+                if delay:
+                    await asyncio.sleep(delay)
+                tr = AsyncTransaction(self, runs.read_version or await self.version())
                 try:
                     value = await fn(tr, *args, **kwargs)
                 except TooOld as e:
-                    read_version, last = None, e
+                    runs.too_old(e)
                     continue
-                result = await tr.commit()
-                if result is None or isinstance(result, Committed):
+                if runs.done(await tr.commit()):
                     return value
-                last = result
-                read_version = attempts.next_read_version(result)
-            if isinstance(last, NotCommitted):
-                raise Conflict(last, attempts.retries + 1)
-            assert last is not None
-            raise last  # every run read below the reader's horizon
+            raise runs.give_up()
 
         return run
 
 
-class AsyncTransaction:
+class AsyncTransaction(Writes):
     """`Transaction` with awaitable reads and commit."""
 
     def __init__(self, client: AsyncClient, read_version: Version) -> None:
+        super().__init__(read_version)
         self._client = client
-        self.state = TransactionState(read_version)
-        self.result: CommitResult | None = None
-
-    @property
-    def read_version(self) -> Version:
-        return self.state.read_version
 
     async def get(self, key: KeyLike) -> bytes | None:
-        known, value = self.state.own(key)
-        if known:
-            return value
-        self.state.read_key(key)
-        return await self._client.get(key, self.read_version)
+        known, value = self.state.lookup(key)
+        return value if known else await self._client.get(key, self.read_version)
 
     async def range(
         self,
@@ -270,20 +239,9 @@ class AsyncTransaction:
         prefix: KeyLike | None = None,
         limit: int | None = None,
     ) -> list[tuple[bytes, bytes]]:
-        low, high = protocol.range_bounds(begin, end, prefix)
-        self.state.read_range(low, high)
+        low, high = self.state.scan(begin, end, prefix)
         stored = await self._client.range(begin, end, self.read_version, prefix=prefix)
-        merged = self.state.merge(low, high, ((kv.key, kv.value) for kv in stored))
-        return merged if limit is None else merged[:limit]
-
-    def set(self, key: KeyLike, value: KeyLike) -> None:
-        self.state.set(key, value)
-
-    def delete(self, key: KeyLike) -> None:
-        self.state.delete(key)
-
-    def delete_range(self, begin: KeyLike, end: KeyLike) -> None:
-        self.state.delete_range(begin, end)
+        return self.state.view(low, high, stored, limit)
 
     async def commit(self) -> CommitResult | None:
         if not self.state.operations:

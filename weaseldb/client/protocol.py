@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import base64
 import random
-from collections.abc import Callable, Generator, Sequence
+import uuid
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -697,6 +698,47 @@ def subscribe_steps(
             raise Unavailable(f"the change stream could not be resumed within "
                               f"{ctx.policy.deadline_s:g}s (last: {reply})")  # fmt: skip
         yield Sleep(delay)
+
+
+# One client's calls
+
+
+@dataclass
+class Session:
+    """What `Client` and `AsyncClient` share besides their I/O: the context, and the newest
+    committed version seen (noted by `version` and `commit`, the floor of later commits).
+    The other calls are their `*_steps` with `ctx`."""
+
+    ctx: Context
+    memory: VersionMemory = field(default_factory=VersionMemory)
+
+    def version(self) -> Steps[Version]:
+        version = yield from version_steps(self.ctx)
+        self.memory.note(version, self.ctx.clock())
+        return version
+
+    def commit(
+        self,
+        operations: Iterable[Operation],
+        preconditions: Iterable[Precondition] = (),
+        read_version: int | None = None,
+        request_id: str | None = None,
+        leader_id: str | None = None,
+    ) -> Steps[CommitResult]:
+        """One logical commit (`commit_steps`), its status floor taken from the memory
+        when fresh, and its version remembered."""
+        ctx = self.ctx
+        result = yield from commit_steps(
+            ctx,
+            request_id or uuid.uuid4().hex,
+            list(operations),
+            list(preconditions),
+            read_version,
+            leader_id,
+            self.memory.fresh(ctx.clock(), ctx.policy.fresh_version_s),
+        )
+        self.memory.note(result.version, ctx.clock())
+        return result
 
 
 # Running a protocol without I/O (tests, and the drivers' shared loop shape).

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import random
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -15,11 +14,8 @@ import httpx
 from weaseldb.client import protocol, transport
 from weaseldb.client.model import (
     CommitResult,
-    Committed,
-    Conflict,
     KeyLike,
     KeyValue,
-    NotCommitted,
     Operation,
     Precondition,
     TooOld,
@@ -35,12 +31,12 @@ from weaseldb.client.protocol import (
     Reply,
     Request,
     RetryPolicy,
+    Session,
     Sleep,
     Steps,
     StreamSteps,
-    VersionMemory,
 )
-from weaseldb.client.transaction import Attempts, TransactionState
+from weaseldb.client.transaction import Attempts, Runs, Writes
 from weaseldb.core.changes import ChangeEvent, Checkpoint
 from weaseldb.core.types import Version
 
@@ -63,8 +59,7 @@ class Client:
     ) -> None:
         self.urls = transport.Urls(url, reader_url)
         self._http = http or httpx.Client(timeout=timeout)
-        self._ctx = Context(policy or RetryPolicy(), time.monotonic, random.Random())
-        self._memory = VersionMemory()
+        self._session = Session(Context(policy or RetryPolicy(), time.monotonic, random.Random()))
 
     def close(self) -> None:
         self._http.close()
@@ -97,9 +92,7 @@ class Client:
 
     def version(self) -> Version:
         """The leader's version: at least every commit acknowledged before the call."""
-        version = self._run(protocol.version_steps(self._ctx))
-        self._memory.note(version, self._ctx.clock())
-        return version
+        return self._run(self._session.version())
 
     def commit(
         self,
@@ -110,22 +103,12 @@ class Client:
         leader_id: str | None = None,
     ) -> CommitResult:
         """Commit once (docs/client.md): `Committed` or `NotCommitted`, or a typed error."""
-        steps = protocol.commit_steps(
-            self._ctx,
-            request_id or uuid.uuid4().hex,
-            list(operations),
-            list(preconditions),
-            read_version,
-            leader_id,
-            self._memory.fresh(self._ctx.clock(), self._ctx.policy.fresh_version_s),
-        )
-        result = self._run(steps)
-        self._memory.note(result.version, self._ctx.clock())
-        return result
+        steps = self._session.commit(operations, preconditions, read_version, request_id, leader_id)
+        return self._run(steps)
 
     def status(self, request_id: str, min_version: int | None = None) -> CommitResult:
         """What became of a commit (bans the id: a commit with it never applies later)."""
-        return self._run(protocol.status_steps(self._ctx, request_id, min_version))
+        return self._run(protocol.status_steps(self._session.ctx, request_id, min_version))
 
     # Reads (from the reader)
 
@@ -134,7 +117,7 @@ class Client:
         return None if found is None else found.value
 
     def get_key_value(self, key: KeyLike, version: int | None = None) -> KeyValue | None:
-        return self._run(protocol.lookup_steps(self._ctx, key, version))
+        return self._run(protocol.lookup_steps(self._session.ctx, key, version))
 
     def range(
         self,
@@ -145,7 +128,9 @@ class Client:
         *,
         prefix: KeyLike | None = None,
     ) -> list[KeyValue]:
-        return self._run(protocol.range_steps(self._ctx, begin, end, prefix, version, limit))
+        return self._run(
+            protocol.range_steps(self._session.ctx, begin, end, prefix, version, limit)
+        )
 
     # The change stream
 
@@ -164,7 +149,7 @@ class Client:
         range when one is given, resumed across dropped connections; from the reader when
         `reader`. Checkpoints too when asked."""
         steps = protocol.subscribe_steps(
-            self._ctx, after, begin, end, prefix, durable, checkpoints, reader
+            self._session.ctx, after, begin, end, prefix, durable, checkpoints, reader
         )
         return self._stream(steps)
 
@@ -217,53 +202,37 @@ class Client:
     ) -> Callable[P, T]:
         """`@client.transactional`: run `fn(tr, ...)` in a transaction until it commits
         (docs/client.md, "Transactions"); its return value is returned."""
-        attempts = Attempts(retries)
 
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> T:
-            read_version: Version | None = None
-            last: NotCommitted | TooOld | None = None
-            for attempt in range(attempts.retries + 1):
-                if attempt:
-                    time.sleep(self._ctx.policy.delay(attempt - 1, None, self._ctx.rng))
-                tr = Transaction(self, read_version or self.version())
+            runs = Runs(Attempts(retries), self._session.ctx)
+            for delay in runs.delays():
+                if delay:
+                    time.sleep(delay)
+                tr = Transaction(self, runs.read_version or self.version())
                 try:
                     value = fn(tr, *args, **kwargs)
-                except TooOld as e:  # the reader no longer holds the read version
-                    read_version, last = None, e
+                except TooOld as e:
+                    runs.too_old(e)
                     continue
-                result = tr.commit()
-                if result is None or isinstance(result, Committed):
+                if runs.done(tr.commit()):
                     return value
-                last = result
-                read_version = attempts.next_read_version(result)
-            if isinstance(last, NotCommitted):
-                raise Conflict(last, attempts.retries + 1)
-            assert last is not None
-            raise last  # every run read below the reader's horizon
+            raise runs.give_up()
 
         return run
 
 
-class Transaction:
+class Transaction(Writes):
     """What a `transactional` function gets: reads at `read_version` through the reader,
     writes buffered until the commit."""
 
     def __init__(self, client: Client, read_version: Version) -> None:
+        super().__init__(read_version)
         self._client = client
-        self.state = TransactionState(read_version)
-        self.result: CommitResult | None = None
-
-    @property
-    def read_version(self) -> Version:
-        return self.state.read_version
 
     def get(self, key: KeyLike) -> bytes | None:
-        known, value = self.state.own(key)
-        if known:
-            return value
-        self.state.read_key(key)
-        return self._client.get(key, self.read_version)
+        known, value = self.state.lookup(key)
+        return value if known else self._client.get(key, self.read_version)
 
     def range(
         self,
@@ -273,20 +242,9 @@ class Transaction:
         prefix: KeyLike | None = None,
         limit: int | None = None,
     ) -> list[tuple[bytes, bytes]]:
-        low, high = protocol.range_bounds(begin, end, prefix)
-        self.state.read_range(low, high)
+        low, high = self.state.scan(begin, end, prefix)
         stored = self._client.range(begin, end, self.read_version, prefix=prefix)
-        merged = self.state.merge(low, high, ((kv.key, kv.value) for kv in stored))
-        return merged if limit is None else merged[:limit]
-
-    def set(self, key: KeyLike, value: KeyLike) -> None:
-        self.state.set(key, value)
-
-    def delete(self, key: KeyLike) -> None:
-        self.state.delete(key)
-
-    def delete_range(self, begin: KeyLike, end: KeyLike) -> None:
-        self.state.delete_range(begin, end)
+        return self.state.view(low, high, stored, limit)
 
     def commit(self) -> CommitResult | None:
         """Commit what was written (nothing written: nothing to commit, None)."""

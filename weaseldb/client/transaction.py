@@ -1,4 +1,4 @@
-"""A transaction's own state and the `transactional` retry rule (pure: no I/O).
+"""A transaction's own state and the `transactional` retry loop (pure: no I/O).
 
 Shaped like FoundationDB's `@fdb.transactional`: the function reads through `tr.get` /
 `tr.range` at the transaction's read version and buffers `tr.set` / `tr.delete` /
@@ -10,17 +10,24 @@ so the commit fails with `conflict` when anything it read changed meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from weaseldb.client.model import (
+    CommitResult,
+    Committed,
+    Conflict,
     KeyLike,
+    KeyValue,
     NotCommitted,
     PointRead,
     Precondition,
     RangeRead,
+    TooOld,
+    WeaselDBError,
     as_bytes,
 )
+from weaseldb.client.protocol import Context, range_bounds
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.types import ConflictReason, Version
 
@@ -60,6 +67,30 @@ class TransactionState:
                 return True, None
         return False, None
 
+    def lookup(self, key: KeyLike) -> tuple[bool, bytes | None]:
+        """`own(key)`, and when the buffer does not decide, the point read recorded (the
+        caller then reads `key` from the reader at the read version)."""
+        known, value = self.own(key)
+        if not known:
+            self.read_key(key)
+        return known, value
+
+    def scan(
+        self, begin: KeyLike | None, end: KeyLike | None, prefix: KeyLike | None
+    ) -> tuple[bytes, bytes | None]:
+        """The range's bounds, its range read recorded (the caller then reads it from the
+        reader at the read version and passes it to `view`)."""
+        low, high = range_bounds(begin, end, prefix)
+        self.read_range(low, high)
+        return low, high
+
+    def view(
+        self, begin: bytes, end: bytes | None, stored: Iterable[KeyValue], limit: int | None
+    ) -> list[tuple[bytes, bytes]]:
+        """What a range read returns: `merge` of what the reader had, at most `limit`."""
+        merged = self.merge(begin, end, ((kv.key, kv.value) for kv in stored))
+        return merged if limit is None else merged[:limit]
+
     def read_key(self, key: KeyLike) -> None:
         """Record that `key` was read from the reader at the read version."""
         self.preconditions.append(PointRead(key, self.read_version))
@@ -91,6 +122,28 @@ def _top(begin: bytes) -> bytes:
     return begin + b"\xff" * 16
 
 
+class Writes:
+    """What `Transaction` and `AsyncTransaction` share: the read version and the buffered
+    writes (the reads and the commit are theirs: they do I/O)."""
+
+    def __init__(self, read_version: Version) -> None:
+        self.state = TransactionState(read_version)
+        self.result: CommitResult | None = None
+
+    @property
+    def read_version(self) -> Version:
+        return self.state.read_version
+
+    def set(self, key: KeyLike, value: KeyLike) -> None:
+        self.state.set(key, value)
+
+    def delete(self, key: KeyLike) -> None:
+        self.state.delete(key)
+
+    def delete_range(self, begin: KeyLike, end: KeyLike) -> None:
+        self.state.delete_range(begin, end)
+
+
 @dataclass(frozen=True)
 class Attempts:
     """The `transactional` retry rule: how many times to run the function."""
@@ -106,3 +159,39 @@ class Attempts:
             if reasons <= {ConflictReason.CONFLICT}:
                 return answer.version
         return None
+
+
+@dataclass
+class Runs:
+    """One `transactional` call's retry loop, decided here for both drivers: iterate
+    `delays()` (sleep that long, then run the function at `read_version`, None: the
+    leader's version), report each run with `too_old` or `done`, and when the iteration
+    ends without success raise `give_up()`."""
+
+    attempts: Attempts
+    ctx: Context
+    read_version: Version | None = None
+    last: NotCommitted | TooOld | None = None
+
+    def delays(self) -> Iterator[float]:
+        yield 0.0
+        for attempt in range(self.attempts.retries):
+            yield self.ctx.policy.delay(attempt, None, self.ctx.rng)
+
+    def too_old(self, error: TooOld) -> None:
+        """The reader no longer holds the read version: run again at a fresh one."""
+        self.read_version, self.last = None, error
+
+    def done(self, result: CommitResult | None) -> bool:
+        """Whether the run's commit (None: nothing written) ends the loop."""
+        if result is None or isinstance(result, Committed):
+            return True
+        self.last = result
+        self.read_version = self.attempts.next_read_version(result)
+        return False
+
+    def give_up(self) -> WeaselDBError:
+        if isinstance(self.last, NotCommitted):
+            return Conflict(self.last, self.attempts.retries + 1)
+        assert self.last is not None
+        return self.last  # every run read below the reader's horizon

@@ -8,7 +8,8 @@ leader's stream and re-serves it). Three pieces:
   server never sends);
 - `ChangeEvent` / `Checkpoint` and `decode_frame`: the typed events, keys and values as
   bytes;
-- `KeyFilter`: a `[begin, end)` range (or a prefix) and whether a transaction touches it.
+- `KeyFilter`: a `[begin, end)` range (or a prefix) and whether a transaction touches it;
+- the frames the servers send (`transaction_frame`, `checkpoint_frame`, `KEEPALIVE`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
+import orjson
 
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.types import RequestId, Version
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def transaction_frame(version: int, data: bytes) -> bytes:
+    """A transaction as an SSE frame around its event's JSON (`id:` is its version)."""
+    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (version, data)
+
+
+def checkpoint_frame(committed_version: int, leader_id: str) -> bytes:
+    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
+    return b"event: checkpoint\ndata: %s\n\n" % data
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import NewType
 
 Version = NewType("Version", int)
@@ -16,6 +17,17 @@ NUMBER_TOP = 2**64 - 1
 #: The largest version: versions are unsigned in the contract and stay below 2**63, so one
 #: fits a long in Parquet snapshots and an int64 in msgspec (whose bounds stop there).
 VERSION_MAX = 2**63 - 1
+_DIGITS = re.compile(rf"[0-9]{{1,{len(str(VERSION_MAX))}}}")
+
+
+def parse_version(raw: str) -> int:
+    """A version written in ASCII digits, nothing else (no sign, spaces, underscores,
+    fractions or other scripts' digits, which `str.isdigit` and `int` accept); the one rule
+    for every query parameter that names a version (gateway and reader)."""
+    if not _DIGITS.fullmatch(raw) or int(raw) > VERSION_MAX:
+        raise ValueError(f"not a version (0..{VERSION_MAX} in ASCII digits): {raw!r}")
+    return int(raw)
+
 
 #: The persister never has more batches in flight than this, so one LIST of this many
 #: keys always reaches the durable region (storage.md, "Recovery").

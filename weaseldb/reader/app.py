@@ -16,7 +16,6 @@ import base64
 import binascii
 import contextlib
 import logging
-import re
 import sqlite3
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -25,8 +24,16 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from starlette.types import Receive, Scope, Send
 
-from weaseldb.core import channels, manifest
-from weaseldb.core.changes import Frame, KeyFilter, decode_frame, parse_key_filter
+from weaseldb.core import channels, manifest, types
+from weaseldb.core.changes import (
+    KEEPALIVE,
+    Frame,
+    KeyFilter,
+    checkpoint_frame,
+    decode_frame,
+    parse_key_filter,
+    transaction_frame,
+)
 from weaseldb.core.channels import Readiness, Role
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.errors import (
@@ -43,10 +50,10 @@ from weaseldb.core.errors import (
     error_body,
 )
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import VERSION_MAX
-from weaseldb.reader.fanout import KEEPALIVE, Item, Subscriber, checkpoint_frame, transaction_frame
+from weaseldb.reader.fanout import Item, Subscriber
 from weaseldb.reader.replica import Replica, snapshot_entry
 from weaseldb.reader.state import TooOld
+from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.reader")
 
@@ -110,13 +117,12 @@ async def respond(
 
 # Parsing
 
-_DIGITS = re.compile(rf"[0-9]{{1,{len(str(VERSION_MAX))}}}")
-
 
 def parse_version(raw: str, name: str = "version") -> int:
-    if not _DIGITS.fullmatch(raw) or int(raw) > VERSION_MAX:
-        raise BadRequest(f"{name}: not a version (0..{VERSION_MAX} in ASCII digits): {raw!r}")
-    return int(raw)
+    try:
+        return types.parse_version(raw)
+    except ValueError as e:
+        raise BadRequest(f"{name}: {e}") from e
 
 
 def b64_path(raw: str) -> bytes:
@@ -351,18 +357,8 @@ class ReaderApp:
         if after < replica.oldest:
             raise await self._truncated(after)
         sub = replica.fan.register(after, key_filter)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
-        listener = asyncio.create_task(_wait_disconnect(receive, sub))
+        await start_event_stream(send)
+        listener = asyncio.create_task(wait_disconnect(receive, lambda: sub.close("disconnected")))
         pump = asyncio.create_task(self._history_then_live(sub, after, live_start, send))
         sub.on_cut = pump.cancel
         try:
@@ -441,11 +437,3 @@ class ReaderApp:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(wait, 0.001)):
                     await sub.wake.wait()
-
-
-async def _wait_disconnect(receive: Receive, sub: Subscriber) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            sub.close("disconnected")
-            return

@@ -1,9 +1,10 @@
 """Change-stream fan-out inside the reader (no framework, no transport).
 
 Each batch of transactions the reader applies becomes one `Round` of events rendered once
-(the upstream's own bytes), appended to the `Journal`; every subscriber reads the journal
-through its own cursor when it wakes, so a round costs one append whatever the number of
-subscribers, and a subscriber one read and one write per wake-up. A subscriber more than its
+(the upstream's own bytes), appended to the `Journal` (weaseldb/core/journal.py); every
+subscriber reads the journal through its own cursor when it wakes, so a round costs one
+append whatever the number of subscribers, and a subscriber one read and one write per
+wake-up. A subscriber more than its
 limit behind is cut off (only it), and a round is dropped once every subscriber has read it.
 The same shape as the gateway's hub (services/gateway/subscriptions.py), keyed by versions
 because the reader serves durable events only.
@@ -17,30 +18,14 @@ events it is sent.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
-import orjson
-
-from weaseldb.core.changes import KeyFilter
+from weaseldb.core.changes import KeyFilter, transaction_frame
+from weaseldb.core.journal import Journal
 from weaseldb.core.protocol import Operation
 
 _PREV = b',"prev_version":'
-
-
-def transaction_frame(version: int, data: bytes) -> bytes:
-    """One transaction as an SSE frame: the gateway's framing around the event's JSON."""
-    return b"id: %d\nevent: transaction\ndata: %s\n\n" % (version, data)
-
-
-def checkpoint_frame(committed_version: int, leader_id: str) -> bytes:
-    data = orjson.dumps({"committed_version": committed_version, "leader_id": leader_id})
-    return b"event: checkpoint\ndata: %s\n\n" % data
-
-
-KEEPALIVE = b": keepalive\n\n"
 
 
 def with_prev_version(data: bytes, prev_version: int) -> bytes:
@@ -64,31 +49,10 @@ class Item:
 class Round:
     items: list[Item]
     data: bytes  # every item's frame, joined
-    end: int  # the journal's byte offset after this round
 
-
-class Journal:
-    def __init__(self) -> None:
-        self._rounds: deque[Round] = deque()
-        self.first = 0  # sequence number of the oldest round kept
-        self.end = 0  # bytes ever appended
-
-    @property
-    def next(self) -> int:
-        return self.first + len(self._rounds)
-
-    def append(self, items: list[Item]) -> None:
-        data = b"".join(item.frame for item in items)
-        self.end += len(data)
-        self._rounds.append(Round(items, data, self.end))
-
-    def since(self, cursor: int) -> list[Round]:
-        return list(islice(self._rounds, max(cursor - self.first, 0), None))
-
-    def drop_before(self, cursor: int) -> None:
-        while self._rounds and self.first < cursor:
-            self._rounds.popleft()
-            self.first += 1
+    @classmethod
+    def of(cls, items: list[Item]) -> Round:
+        return cls(items, b"".join(item.frame for item in items))
 
 
 @dataclass(eq=False)
@@ -109,7 +73,6 @@ class Subscriber:
 
     def __post_init__(self) -> None:
         self.prev_sent = self.position
-        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
 
     def render(self, items: list[Item]) -> bytes:
         """The frames of `items` this subscriber is owed (above its position, in its
@@ -131,9 +94,7 @@ class Subscriber:
 
     def take(self) -> bytes:
         """Everything the journal holds for it since its last take."""
-        rounds = self.fan.journal.since(self.cursor)
-        self.cursor, self.offset = self.fan.journal.next, self.fan.journal.end
-        self.fan.read(self)
+        rounds = self.fan.journal.read(self)
         self.wake.clear()
         chunks: list[bytes] = []
         for round_ in rounds:
@@ -156,60 +117,45 @@ class Subscriber:
 
 
 class FanOut:
-    """The subscribers, kept in the order they last read the journal (which is the order of
-    their offsets), so the slowest is always the first."""
+    """The subscribers: the journal's readers, slowest first."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.journal = Journal()
-        self.subscribers: dict[Subscriber, None] = {}
+        self.journal: Journal[Round, Subscriber] = Journal()
         self.cut_off = 0
+
+    @property
+    def subscribers(self) -> dict[Subscriber, None]:
+        return self.journal.readers
 
     def register(self, position: int, key_filter: KeyFilter | None) -> Subscriber:
         sub = Subscriber(self, position, key_filter)
-        self.subscribers[sub] = None
+        self.journal.join(sub)
         return sub
 
     def unregister(self, sub: Subscriber) -> None:
-        self.subscribers.pop(sub, None)
-        self._trim()
-
-    def read(self, sub: Subscriber) -> None:
-        if sub in self.subscribers:
-            self.subscribers[sub] = self.subscribers.pop(sub)
-            self._trim()
+        self.journal.leave(sub)
 
     def publish(self, items: list[Item]) -> None:
         """One round, then every subscriber woken; those now more than the limit behind
         are cut off."""
         if not self.subscribers:
             return  # nobody to read it: the kept events serve whoever comes later
-        self.journal.append(items)
-        cut: list[Subscriber] = []
-        for sub in self.subscribers:
-            if self.journal.end - sub.offset <= self.limit:
-                break
-            cut.append(sub)
+        self.journal.append(Round.of(items))
+        cut = self.journal.cut_behind(self.limit)
         for sub in cut:
-            del self.subscribers[sub]
             sub.close("slow_consumer")
             if sub.on_cut is not None:
                 sub.on_cut()
         self.cut_off += len(cut)
         for sub in self.subscribers:
             sub.wake.set()
-        self._trim()
 
     def close_all(self, reason: str) -> None:
         for sub in list(self.subscribers):
             sub.close(reason)
-        self.subscribers.clear()
-        self._trim()
+            self.journal.leave(sub)
 
     def wake_all(self) -> None:
         for sub in self.subscribers:
             sub.wake.set()
-
-    def _trim(self) -> None:
-        slowest = next(iter(self.subscribers), None)
-        self.journal.drop_before(slowest.cursor if slowest else self.journal.next)

@@ -32,11 +32,18 @@ import orjson
 import pyarrow.parquet as pq
 
 from weaseldb.core import manifest
-from weaseldb.core.changes import ChangeEvent, Checkpoint, SseParser, StreamError, decode_frame
+from weaseldb.core.changes import (
+    ChangeEvent,
+    Checkpoint,
+    SseParser,
+    StreamError,
+    decode_frame,
+    transaction_frame,
+)
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.manifest import Manifest
 from weaseldb.core.store import BlobStore
-from weaseldb.reader.fanout import FanOut, Item, transaction_frame
+from weaseldb.reader.fanout import FanOut, Item
 from weaseldb.reader.state import VersionedState
 
 log = logging.getLogger("weaseldb.reader")

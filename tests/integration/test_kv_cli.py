@@ -16,6 +16,7 @@ import pytest
 from tests.support.cluster import ProcessSet
 from tests.support.reader import ReaderProcess
 from tests.support.tcpproxy import DelayProxy
+from weaseldb.client import Client, Write
 
 pytestmark = pytest.mark.slow
 
@@ -167,6 +168,12 @@ def test_reads_through_a_reader_see_every_acknowledged_commit_unless_asked_not_t
             assert capsys.readouterr().out != f"{value}\n"  # the reader is 0.7 s behind
             assert main(["kv", "get", "cli/lag", *args]) == 0
             assert capsys.readouterr().out == f"{value}\n"
+        # The library reads at the newest version its client has seen: its own writes.
+        with Client(weasel.url, reader.url) as client:
+            for round_ in range(3):
+                client.commit([Write("lib/lag", f"w{round_}")])
+                assert client.get("lib/lag") == f"w{round_}".encode()
+                assert client.range(prefix="lib/")[0].value == f"w{round_}".encode()
     finally:
         assert reader.stop() == 0, reader.log()
         lagging.stop()

@@ -119,7 +119,9 @@ class AsyncClient:
         return None if found is None else found.value
 
     async def get_key_value(self, key: KeyLike, version: int | None = None) -> KeyValue | None:
-        return await self._run(protocol.lookup_steps(self._session.ctx, key, version))
+        return await self._run(
+            protocol.lookup_steps(self._session.ctx, key, self._session.read_version(version))
+        )
 
     async def range(
         self,
@@ -131,7 +133,9 @@ class AsyncClient:
         prefix: KeyLike | None = None,
     ) -> list[KeyValue]:
         return await self._run(
-            protocol.range_steps(self._session.ctx, begin, end, prefix, version, limit)
+            protocol.range_steps(
+                self._session.ctx, begin, end, prefix, self._session.read_version(version), limit
+            )
         )
 
     # The change stream

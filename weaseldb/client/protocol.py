@@ -740,6 +740,13 @@ class Session:
         self.memory.note(result.version, ctx.clock())
         return result
 
+    def read_version(self, version: int | None) -> int | None:
+        """The version a read is made at: the one asked for, else the newest committed
+        version this client has seen (its own commits' included), so a client reads its
+        own writes and never goes back in time, without asking the leader; None (the
+        reader's newest) before it has seen any."""
+        return self.memory.version if version is None else version
+
 
 # Running a protocol without I/O (tests, and the drivers' shared loop shape).
 

@@ -117,7 +117,9 @@ class Client:
         return None if found is None else found.value
 
     def get_key_value(self, key: KeyLike, version: int | None = None) -> KeyValue | None:
-        return self._run(protocol.lookup_steps(self._session.ctx, key, version))
+        return self._run(
+            protocol.lookup_steps(self._session.ctx, key, self._session.read_version(version))
+        )
 
     def range(
         self,
@@ -129,7 +131,9 @@ class Client:
         prefix: KeyLike | None = None,
     ) -> list[KeyValue]:
         return self._run(
-            protocol.range_steps(self._session.ctx, begin, end, prefix, version, limit)
+            protocol.range_steps(
+                self._session.ctx, begin, end, prefix, self._session.read_version(version), limit
+            )
         )
 
     # The change stream

@@ -179,20 +179,44 @@ def readers_network_policy_for(db: Database) -> dict[str, Any] | None:
     }
 
 
+def readers_pdb_for(db: Database) -> dict[str, Any] | None:
+    """A node drain evicts one reader at a time, so the readers' Service never empties by
+    choice; none for a single reader (it would block every drain). Any reader serves any
+    read, so one down costs capacity only."""
+    if db.readers.replicas < 2:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {**_metadata(db, service_name(db)), "labels": reader_labels(db)},
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": reader_selector(db)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def reader_children(db: Database) -> list[dict[str, Any]]:
-    """The Service and the Deployment (none with `replicas: 0`), in apply order."""
-    built = [readers_service_for(db), reader_deployment_for(db)]
+    """The Service, the Deployment and the PDB (what the replica count calls for), in
+    apply order."""
+    built = [readers_service_for(db), reader_deployment_for(db), readers_pdb_for(db)]
     return [obj for obj in built if obj is not None]
 
 
 def reader_leftovers(db: Database) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, name) of what readers leave when `replicas` drops to 0."""
+    """(apiVersion, kind, name) of what readers leave when `replicas` drops: the PDB below
+    two, everything at 0."""
+    pdb = (
+        [] if db.readers.replicas >= 2 else [("policy/v1", "PodDisruptionBudget", service_name(db))]
+    )
     if db.readers.replicas > 0:
-        return []
+        return pdb
     return [
         ("apps/v1", "Deployment", deployment_name(db)),
         ("v1", "Service", service_name(db)),
         ("networking.k8s.io/v1", "NetworkPolicy", service_name(db)),
+        *pdb,
     ]
 
 

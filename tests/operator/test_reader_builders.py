@@ -44,6 +44,7 @@ def test_no_readers_by_default_and_what_zero_leaves_to_delete() -> None:
         ("apps/v1", "Deployment", "orders-reader"),
         ("v1", "Service", "orders-readers"),
         ("networking.k8s.io/v1", "NetworkPolicy", "orders-readers"),
+        ("policy/v1", "PodDisruptionBudget", "orders-readers"),
     ]
     assert reader_leftovers(database_from(readers())) == []
 
@@ -116,7 +117,22 @@ def test_service_selects_the_readers_on_their_port() -> None:
     assert service["metadata"]["name"] == "orders-readers"
     assert service["spec"]["selector"] == reader_selector(db)
     assert service["spec"]["ports"] == [{"name": "http", "port": 8090, "targetPort": "reader"}]
-    assert [c["kind"] for c in reader_children(db)] == ["Service", "Deployment"]
+    assert [c["kind"] for c in reader_children(db)] == [
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    ]
+
+
+def test_a_drain_evicts_one_reader_at_a_time_but_a_lone_reader_is_never_held() -> None:
+    db = database_from(readers(replicas=3))
+    (pdb,) = [c for c in reader_children(db) if c["kind"] == "PodDisruptionBudget"]
+    assert pdb["metadata"]["name"] == "orders-readers"
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == {"matchLabels": reader_selector(db)}
+    lone = database_from(readers(replicas=1))
+    assert "PodDisruptionBudget" not in [c["kind"] for c in reader_children(lone)]
+    assert reader_leftovers(lone) == [("policy/v1", "PodDisruptionBudget", "orders-readers")]
 
 
 def test_resources_and_replicas_come_from_the_spec() -> None:

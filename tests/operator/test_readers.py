@@ -93,6 +93,9 @@ def test_readers_are_applied_patched_and_removed(
     policy = control_plane.get("networkpolicy", "shop-readers", "-n", namespace)
     assert policy["spec"]["podSelector"] == {"matchLabels": READER_LABELS}
     assert policy["spec"]["ingress"] == [{"ports": [{"port": 8090, "protocol": "TCP"}]}]
+    budget = control_plane.get("pdb", "shop-readers", "-n", namespace)
+    assert budget["spec"]["selector"] == {"matchLabels": READER_LABELS}
+    assert budget["spec"]["maxUnavailable"] == 1
 
     # An edit of replicas and resources patches the Deployment.
     resources = {"requests": {"cpu": "200m"}, "limits": {"memory": "768Mi"}}
@@ -110,6 +113,14 @@ def test_readers_are_applied_patched_and_removed(
         }
 
     control_plane.wait_for(patched, what="replicas and resources patched")
+
+    # One reader: no budget (it would block every node drain).
+    control_plane.kubectl("patch", "wdb", "shop", "-n", namespace, "--type=merge",
+                          "-p", json.dumps({"spec": {"readers": {"replicas": 1}}}))  # fmt: skip
+    control_plane.wait_for(
+        lambda: get_or_none(control_plane, "pdb", "shop-readers", "-n", namespace) is None,
+        what="the readers' PodDisruptionBudget removed at one reader",
+    )
 
     # Zero readers: the Deployment and the Service go.
     control_plane.kubectl("patch", "wdb", "shop", "-n", namespace, "--type=merge",

@@ -234,11 +234,9 @@ def catch_up(db: Running, operations: int) -> dict[str, object]:
     snapshot_version = version_of(url)
     keys = generator_keys(100_000)
     commits = operations // WRITES_PER_COMMIT
-    batches = [
-        keys[(i * WRITES_PER_COMMIT) % len(keys) :][:WRITES_PER_COMMIT] for i in range(commits)
-    ]
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda chunk: commit_writes(url, chunk), batches))
+    # The keys over and over: every commit writes the next WRITES_PER_COMMIT of them.
+    writes = [keys[i % len(keys)] for i in range(commits * WRITES_PER_COMMIT)]
+    preload_weaseldb(url, writes, threads=16)
     newest = version_of(url)
     started = time.monotonic()
     with reader(db, "cold") as address:

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 from weaseldb.core.changes import (
     ChangeEvent,
     Checkpoint,
+    Continuity,
     Frame,
     KeyFilter,
     SseParser,
     StreamError,
+    continuity,
     decode_frame,
     prefix_end,
 )
@@ -72,3 +74,16 @@ def test_a_filter_touches_what_writes_deletes_or_range_deletes_into_it() -> None
     assert not KeyFilter.of_prefix(b"ab").contains(b"ac")
     with pytest.raises(ValueError):
         KeyFilter(b"b", b"b")
+
+
+def test_continuity_is_the_gap_rule() -> None:
+    def tx(version: int, prev: int) -> ChangeEvent:
+        return ChangeEvent(Version(version), Version(prev), RequestId("r"), "t", "L", ())
+
+    assert continuity(tx(5, 3), None, None, chained=True) == Continuity.NEXT
+    assert continuity(tx(5, 3), 5, 5, chained=True) == Continuity.REPEAT
+    assert continuity(tx(9, 6), 5, 5, chained=False) == Continuity.GAP
+    # A checkpoint moved the position to 8: a filtered stream may follow its last
+    # transaction (3) across it, an unfiltered one may not.
+    assert continuity(tx(9, 3), 8, 3, chained=False) == Continuity.NEXT
+    assert continuity(tx(9, 6), 8, 3, chained=True) == Continuity.UNCHAINED

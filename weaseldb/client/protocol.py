@@ -54,7 +54,15 @@ from weaseldb.client.model import (
     WeaselDBError,
     as_bytes,
 )
-from weaseldb.core.changes import ChangeEvent, Checkpoint, SseParser, decode_frame, prefix_end
+from weaseldb.core.changes import (
+    ChangeEvent,
+    Checkpoint,
+    Continuity,
+    SseParser,
+    continuity,
+    decode_frame,
+    prefix_end,
+)
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.types import Outcome, Version
 
@@ -586,14 +594,14 @@ class StreamCursor:
             if self.position is None or item.committed_version > self.position:
                 self.position = item.committed_version
             return
-        if self.position is not None:
-            if item.version <= self.position:
-                self._gap(item, f"duplicate: transaction {item.version} at or below "
-                                f"{self.position}")  # fmt: skip
-            if item.prev_version > self.position:
-                self._gap(item, f"gap: transaction {item.version} follows {item.prev_version}, "
-                                f"but the stream was at {self.position}")  # fmt: skip
-        if self.chained and self.last_transaction not in (None, item.prev_version):
+        found = continuity(item, self.position, self.last_transaction, self.chained)
+        if found == Continuity.REPEAT:
+            self._gap(item, f"duplicate: transaction {item.version} at or below "
+                            f"{self.position}")  # fmt: skip
+        if found == Continuity.GAP:
+            self._gap(item, f"gap: transaction {item.version} follows {item.prev_version}, "
+                            f"but the stream was at {self.position}")  # fmt: skip
+        if found == Continuity.UNCHAINED:
             self._gap(item, f"gap: transaction {item.version} follows {item.prev_version}, "
                             f"but the last one received was {self.last_transaction}")  # fmt: skip
         self.position = self.last_transaction = item.version

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -176,6 +177,33 @@ def decode_frame(frame: Frame) -> ChangeEvent | Checkpoint | None:
     except (msgspec.DecodeError, binascii.Error, ValueError) as e:
         raise StreamError(f"malformed {frame.event} event: {e}") from e
     return None
+
+
+class Continuity(enum.Enum):
+    """Where a transaction stands against what a follower of the stream already has (the
+    gap rule, docs/api.md "GET /v1/subscribe")."""
+
+    NEXT = "next"  # it follows: take it
+    REPEAT = "repeat"  # at or below the position: already had (a resume repeats the edge)
+    GAP = "gap"  # its prev_version is past the position: transactions went missing
+    UNCHAINED = "unchained"  # unfiltered, yet it does not follow the last one received
+
+
+def continuity(
+    event: ChangeEvent, position: int | None, last_transaction: int | None, chained: bool
+) -> Continuity:
+    """`position`: the newest of the last transaction's version and the last checkpoint's
+    committed version (None: nothing yet). In an unfiltered stream (`chained`)
+    `prev_version` is the previous transaction of the log, so it must name the last one
+    received: a checkpoint cannot cover transactions never sent."""
+    if position is not None:
+        if event.version <= position:
+            return Continuity.REPEAT
+        if event.prev_version > position:
+            return Continuity.GAP
+    if chained and last_transaction not in (None, event.prev_version):
+        return Continuity.UNCHAINED
+    return Continuity.NEXT
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -35,8 +35,10 @@ from weaseldb.core import manifest
 from weaseldb.core.changes import (
     ChangeEvent,
     Checkpoint,
+    Continuity,
     SseParser,
     StreamError,
+    continuity,
     decode_frame,
     transaction_frame,
 )
@@ -316,10 +318,10 @@ class Follower:
             self._through = max(self._through, event.committed_version)
             self._leader = event.leader_id
         elif isinstance(event, ChangeEvent):
-            if event.version <= self._through:
+            found = continuity(event, self._through, self._last_tx, chained=True)
+            if found == Continuity.REPEAT:
                 return  # already had it (a reconnect may repeat the edge)
-            chained = self._last_tx is None or event.prev_version == self._last_tx
-            if event.prev_version > self._through or not chained:
+            if found != Continuity.NEXT:
                 # Transactions between went missing (a checkpoint may even have claimed
                 # them): go on again right after the last one received, never past it.
                 missed = f"after {self._last_tx} (stream at {self._through}) came " \

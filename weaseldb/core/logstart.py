@@ -24,6 +24,9 @@ class LogStart(msgspec.Struct, frozen=True):
     after_batch: BatchNumber  # the retained log starts right after this batch (a snapshot's)
     term: Term  # the newest valid term up to and including `after_batch`
     version: Version  # the last version at `after_batch`: history at or below it is truncated
+    # When `version` was committed (ms since the epoch; 0: unknown, a marker written before
+    # markers recorded it). The oldest point-in-time restore target (weaseldb.core.holdings).
+    committed_at_ms: int = 0
 
     @property
     def seed(self) -> Seed:

@@ -6,6 +6,7 @@ Every implementation honours the seam's contract, checked by one shared test sui
 
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qs, urlsplit
 
 from weaseldb.core.store import BlobStore
@@ -17,8 +18,11 @@ def open_store(
     url: str, *, pool_size: int = 100, credentials: tuple[str, str] | None = None
 ) -> BlobStore:
     """Build a store from its URL: ``dir:PATH``, ``memory:`` or
-    ``s3://BUCKET/PREFIX?endpoint=URL&region=R``. S3 credentials come from `credentials`
-    (access key, secret) when given, else from the standard AWS environment and files."""
+    ``s3://BUCKET/PREFIX?endpoint=URL&region=R[&credentials=NAME]``. S3 credentials come
+    from `credentials` (access key, secret) when given; else, with ``credentials=NAME`` in
+    the URL, from the environment variables NAME_ACCESS_KEY_ID and NAME_SECRET_ACCESS_KEY
+    (so one process can reach two stores with different keys: a backup, a restore); else
+    from the standard AWS environment and files."""
     if url.startswith("dir:"):
         from weaseldb.runtime.stores.directory import DirectoryStore
 
@@ -38,6 +42,18 @@ def open_store(
             endpoint=query.get("endpoint"),
             region=query.get("region", "us-east-1"),
             pool_size=pool_size,
-            credentials=credentials,
+            credentials=credentials or named_credentials(query.get("credentials")),
         )
     raise ValueError(f"store: unknown store URL {url!r} (use dir:PATH or s3://BUCKET/PREFIX)")
+
+
+def named_credentials(name: str | None) -> tuple[str, str] | None:
+    """(access key, secret) from NAME_ACCESS_KEY_ID and NAME_SECRET_ACCESS_KEY; None for no
+    name. ValueError naming the variables when either is unset."""
+    if not name:
+        return None
+    key_var, secret_var = f"{name}_ACCESS_KEY_ID", f"{name}_SECRET_ACCESS_KEY"
+    key, secret = os.environ.get(key_var), os.environ.get(secret_var)
+    if not key or not secret:
+        raise ValueError(f"store: credentials={name} needs {key_var} and {secret_var} set")
+    return key, secret

@@ -27,8 +27,11 @@ from weaseldb.core import batchfile, layout
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP, BatchNumber
-from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores import open_store, url_credentials
 
+#: S3 keys the driver read for the store (weaseldb.runtime.stores.url_credentials): a
+#: Python worker's environment is the one its Spark session started with.
+Keys = tuple[str, str] | None
 WRITE, DELETE, RANGE_DELETE = 0, 1, 2
 #: Row kinds of the survey.
 HEADER, CUT, SAMPLE = 0, 1, 2
@@ -76,12 +79,12 @@ POINTS_DDL = "key binary, value binary, op tinyint, version long, idx int"
 
 
 def survey(
-    store_url: str, seqs: Iterable[int], at_ms: int | None = None
+    store_url: str, seqs: Iterable[int], at_ms: int | None = None, keys: Keys = None
 ) -> Iterator[pa.RecordBatch]:
     """Headers, range deletes and sampled point keys of the batches with these ordinals
     (with `at_ms`, each header also says what the batch committed by then)."""
     sampler = _Sampler(SAMPLES_PER_PARTITION)
-    for chunk in _decoded(store_url, seqs):
+    for chunk in _decoded(store_url, seqs, keys):
         rows: list[tuple[Any, ...]] = []
         for seq, batch, size in chunk:
             operations = [op for tx in batch.transactions for op in tx.operations]
@@ -111,11 +114,15 @@ def _cut_rows(seq: int, batch: batchfile.Batch) -> list[tuple[Any, ...]]:
 
 
 def points(
-    store_url: str, seqs: Iterable[int], void: frozenset[int], upto_version: int | None = None
+    store_url: str,
+    seqs: Iterable[int],
+    void: frozenset[int],
+    upto_version: int | None = None,
+    keys: Keys = None,
 ) -> Iterator[pa.RecordBatch]:
     """Point operations of the batches with these ordinals, void ones left out (and, for a
     restore, the transactions after `upto_version`)."""
-    for chunk in _decoded(store_url, (s for s in seqs if s not in void)):
+    for chunk in _decoded(store_url, (s for s in seqs if s not in void), keys):
         columns = _PointColumns()
         for _, batch, _ in chunk:
             columns.add(batch, upto_version)
@@ -123,13 +130,13 @@ def points(
 
 
 def _decoded(
-    store_url: str, seqs: Iterable[int]
+    store_url: str, seqs: Iterable[int], keys: Keys = None
 ) -> Iterator[list[tuple[int, batchfile.Batch, int]]]:
     """(ordinal, batch, encoded size) in chunks. A checksum mismatch raises CorruptObject:
     never skipped. One store client and one event loop serve the whole partition."""
     pending = list(seqs)
     loop = asyncio.new_event_loop()
-    store = open_store(store_url, pool_size=FETCH_PARALLELISM)
+    store = open_store(store_url, pool_size=FETCH_PARALLELISM, credentials=keys)
     try:
         for start in range(0, len(pending), BATCHES_PER_CHUNK):
             chunk = pending[start : start + BATCHES_PER_CHUNK]
@@ -273,15 +280,21 @@ ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def survey_map(store_url: str, at_ms: int | None = None) -> ArrowMap:
+    keys = url_credentials(store_url)  # read by the driver, shipped with the function
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return survey(store_url, (s for b in batches for s in b.column("seq").to_pylist()), at_ms)
+        return survey(
+            store_url, (s for b in batches for s in b.column("seq").to_pylist()), at_ms, keys
+        )
 
     return run
 
 
 def points_map(store_url: str, void: frozenset[int], upto_version: int | None = None) -> ArrowMap:
+    keys = url_credentials(store_url)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seqs = (s for b in batches for s in b.column("seq").to_pylist())
-        return points(store_url, seqs, void, upto_version)
+        return points(store_url, seqs, void, upto_version, keys)
 
     return run

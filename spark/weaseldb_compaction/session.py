@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pyspark.sql import SparkSession
 
-from weaseldb.runtime.stores import named_credentials
+from weaseldb.runtime.stores import url_credentials
 
 #: Where `bash hack/tools.sh s3a-jars` (make tools) puts the S3A jar set; the Spark image
 #: sets WEASELDB_S3A_JARS to its own copy.
@@ -53,12 +53,12 @@ def parquet_place(store_url: str) -> ParquetPlace:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         prefix = parts.path.strip("/")
         return ParquetPlace(
-            f"s3a://{parts.netloc}/{prefix + '/' if prefix else ''}", s3a_settings(query)
+            f"s3a://{parts.netloc}/{prefix + '/' if prefix else ''}", s3a_settings(query, store_url)
         )
     raise SparkSetupError(f"compaction needs a dir: or s3:// store, not {store_url!r}")
 
 
-def s3a_settings(query: dict[str, str]) -> dict[str, str]:
+def s3a_settings(query: dict[str, str], store_url: str) -> dict[str, str]:
     settings = {
         "fs.s3a.path.style.access": "true",
         "fs.s3a.endpoint.region": query.get("region", "us-east-1"),
@@ -71,7 +71,7 @@ def s3a_settings(query: dict[str, str]) -> dict[str, str]:
     # Keys from this process's environment (a Secret via envFrom on Kubernetes), read per
     # run: the JVM's own environment was fixed when the session started. `credentials=NAME`
     # in the store URL names the variables (weaseldb.runtime.stores.named_credentials).
-    keys = _keys(query.get("credentials"))
+    keys = _keys(store_url)
     if keys is not None:
         settings["fs.s3a.aws.credentials.provider"] = (
             "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
@@ -80,15 +80,11 @@ def s3a_settings(query: dict[str, str]) -> dict[str, str]:
     return settings
 
 
-def _keys(name: str | None) -> tuple[str, str] | None:
-    if name:
-        try:
-            return named_credentials(name)
-        except ValueError as e:
-            raise SparkSetupError(str(e)) from e
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        return os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
-    return None
+def _keys(store_url: str) -> tuple[str, str] | None:
+    try:
+        return url_credentials(store_url)
+    except ValueError as e:
+        raise SparkSetupError(str(e)) from e
 
 
 def bucket_of(place: ParquetPlace) -> str | None:

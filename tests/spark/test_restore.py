@@ -145,3 +145,131 @@ def test_restore_at_random_versions_and_times(spark: SparkSession) -> None:
         result = restore(spark, source, into, to_time_ms=at)
         assert result.version == want
         check_restored(into, batches, want)
+
+
+def _collect_garbage(url: str) -> None:
+    async def collect() -> None:
+        store = open_store(url)
+        try:
+            await gc.collect(store, grace_s=0)
+        finally:
+            await store.close()
+
+    asyncio.run(collect())
+
+
+def compacted_source(spark: SparkSession, url: str, batches: Sequence[Batch]) -> list[Version]:
+    """The log, compacted at a third (then garbage collected: the log starts there) and at
+    two thirds: snapshot versions, oldest first."""
+    write_log_at(url, batches)
+    first = job.run(spark, job.Options(url, upto_batch=batches[len(batches) // 3].batch), _quiet)
+    _collect_garbage(url)
+    second = job.run(
+        spark, job.Options(url, upto_batch=batches[2 * len(batches) // 3].batch), _quiet
+    )
+    assert first.manifest is not None and second.manifest is not None
+    return [first.manifest.version, second.manifest.version]
+
+
+def _holdings(url: str) -> holdings.Holdings:
+    async def read() -> holdings.Holdings | None:
+        store = open_store(url)
+        try:
+            return await holdings.holdings(store)
+        finally:
+            await store.close()
+
+    found = asyncio.run(read())
+    assert found is not None
+    return found
+
+
+def test_restore_from_a_compacted_and_collected_source(spark: SparkSession) -> None:
+    batches = history(seed=2)
+    source = f"dir:{tempfile.mkdtemp(prefix='pitr-src-')}"
+    oldest, middle = compacted_source(spark, source, batches)
+    held = _holdings(source)
+    assert held.oldest_version == oldest and held.snapshots == (oldest, middle)
+    inside = next(
+        v
+        for b in batches
+        for v in range(b.first_version, b.last_version)  # not a batch's last version
+        if v > middle
+    )
+    for version in sorted({oldest, middle, inside, held.newest_version}):
+        into = f"dir:{tempfile.mkdtemp(prefix='pitr-into-')}"
+        result = restore(spark, source, into, to_version=version)
+        assert result.base == (middle if version >= middle else oldest)
+        check_restored(into, batches, version)
+
+
+def test_restore_on_minio(spark: SparkSession, minio: MinioServer) -> None:
+    """Source and destination in two buckets of MinIO, the destination's keys named by
+    credentials=NAME (per-bucket S3A settings)."""
+    import os
+
+    os.environ["PITR_ACCESS_KEY_ID"] = os.environ["AWS_ACCESS_KEY_ID"]
+    os.environ["PITR_SECRET_ACCESS_KEY"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+    batches = history(seed=3)
+    source = minio.store_url(minio.new_bucket())
+    compacted_source(spark, source, batches)
+    held = _holdings(source)
+    rng = random.Random(3)
+    for version in sorted(
+        {held.oldest_version, rng.randint(held.oldest_version, held.newest_version)}
+    ):
+        into = minio.store_url(minio.new_bucket(), "restored") + "&credentials=PITR"
+        restore(spark, source, into, to_version=version)
+        check_restored(into, batches, version)
+    stamps = [(v, ts) for v, ts in valid_times(batches) if v > held.oldest_version]
+    at = stamps[len(stamps) // 2][1]
+    into = minio.store_url(minio.new_bucket(), "by-time")
+    assert restore(spark, source, into, to_time_ms=at).version == stamps[len(stamps) // 2][0]
+    check_restored(into, batches, stamps[len(stamps) // 2][0])
+
+
+def test_refusals_write_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    batches = history(seed=4)
+    source = f"dir:{tmp_path / 'src'}"
+    oldest, _ = compacted_source(spark, source, batches)
+    held = _holdings(source)
+    into = tmp_path / "into"
+    into.mkdir()
+    for kw in ({"to_version": oldest - 1}, {"to_version": held.newest_version + 1}):
+        with pytest.raises(
+            planning.RestoreRefused, match=f"versions {oldest}..{held.newest_version}"
+        ):
+            restore(spark, source, f"dir:{into}", **kw)
+    with pytest.raises(planning.RestoreRefused, match="in the future"):
+        restore(spark, source, f"dir:{into}", to_time_ms=START_MS * 2)
+    assert list(into.iterdir()) == []
+    (into / "something").write_text("x")
+    with pytest.raises(planning.RestoreRefused, match="not empty"):
+        restore(spark, source, f"dir:{into}")
+    assert [p.name for p in into.iterdir()] == ["something"]
+
+
+def test_an_unfinished_restore_is_started_again(spark: SparkSession, tmp_path: Path) -> None:
+    """Killed before its log-start marker: the rerun removes its leftovers and finishes; a
+    finished restore's destination is refused."""
+    batches = history(seed=5)
+    source = f"dir:{tmp_path / 'src'}"
+    write_log_at(source, batches)
+    into = f"dir:{tmp_path / 'into'}"
+    restore(spark, source, into, to_version=3)
+    _delete(into, layout.log_start_key(planning.TOP))  # as if killed before the marker
+    restore(spark, source, into, to_version=5)
+    check_restored(into, batches, 5)
+    with pytest.raises(planning.RestoreRefused, match="already holds a database"):
+        restore(spark, source, into, to_version=5)
+
+
+def _delete(url: str, key: str) -> None:
+    async def delete() -> None:
+        store = open_store(url)
+        try:
+            await store.delete(key)
+        finally:
+            await store.close()
+
+    asyncio.run(delete())

@@ -28,9 +28,10 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from weaseldb.core import history, logstart, manifest
+from weaseldb.core import batchfile, history, layout, logstart, manifest
 from weaseldb.core import restore as planning
-from weaseldb.core.errors import NotFound
+from weaseldb.core.claims import TermClaim
+from weaseldb.core.errors import CorruptObject, NotFound
 from weaseldb.core.holdings import Holdings, holdings
 from weaseldb.core.manifest import Manifest, SourceBatches
 from weaseldb.core.recovery import read_batch
@@ -137,12 +138,31 @@ async def _checks(r: _Restore) -> tuple[Holdings, list[str]]:
     if held is None:
         source = r.options.source_url.split("?")[0]
         raise RestoreRefused(f"the source {source} holds no database (no batches, no snapshot)")
-    leftovers = planning.destination_leftovers(await list_all(r.into, ""), where)
+    leftovers = await destination_leftovers(r.into, where)
     if r.options.to_version is not None:
         planning.check_version(r.options.to_version, held)
     if r.options.to_time_ms is not None:
         planning.check_time(r.options.to_time_ms, held, int(time.time() * 1000))
     return held, leftovers
+
+
+async def destination_leftovers(into: BlobStore, where: str) -> list[str]:
+    """An unfinished restore's keys in the destination (planning.destination_leftovers)."""
+    keys = await list_all(into, "")
+    leaders: dict[str, str] = {}
+    for key in planning.owned_keys():
+        if key in keys:
+            leaders[key] = _leader_of(key, await into.get(key))
+    return planning.destination_leftovers(keys, where, leaders)
+
+
+def _leader_of(key: str, body: bytes) -> str:
+    try:
+        if key.startswith(layout.TERMS):
+            return TermClaim.decode(body).leader_id
+        return batchfile.decode(body, key=key).leader_id
+    except (ValueError, CorruptObject):
+        return ""  # not a restore's: refused
 
 
 async def _plan_for_version(

@@ -25,7 +25,7 @@ from weaseldb.core.batchfile import Batch
 from weaseldb.core.fold import reference_fold
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import list_all
-from weaseldb.core.types import Version
+from weaseldb.core.types import BatchNumber, Term, Version
 from weaseldb.core.validity import valid_flags
 from weaseldb.runtime.stores import open_store
 from weaseldb_compaction import job
@@ -108,7 +108,7 @@ def check_restored(url: str, batches: Sequence[Batch], version: int) -> None:
         store = open_store(url)
         try:
             keys = await list_all(store, "")
-            assert layout.term_key(planning.TOP) in keys
+            assert layout.term_key(Term(planning.TOP)) in keys
             start = await logstart.newest(store)
             assert start is not None and start.version == version
             assert start.after_batch == planning.TOP
@@ -257,7 +257,7 @@ def test_an_unfinished_restore_is_started_again(spark: SparkSession, tmp_path: P
     write_log_at(source, batches)
     into = f"dir:{tmp_path / 'into'}"
     restore(spark, source, into, to_version=3)
-    _delete(into, layout.log_start_key(planning.TOP))  # as if killed before the marker
+    _delete(into, layout.log_start_key(BatchNumber(planning.TOP)))  # as if killed before the marker
     restore(spark, source, into, to_version=5)
     check_restored(into, batches, 5)
     with pytest.raises(planning.RestoreRefused, match="already holds a database"):

@@ -16,7 +16,7 @@ finished restore.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -141,17 +141,28 @@ _STEP = re.compile(
 )
 
 
-def destination_leftovers(keys: Sequence[str], where: str) -> list[str]:
+def owned_keys() -> tuple[str, str]:
+    """The keys a restore shares with a database (its term claim and empty batch): the
+    caller reads their leader id for `destination_leftovers`."""
+    return layout.term_key(Term(TOP)), layout.batch_key(BatchNumber(TOP))
+
+
+def destination_leftovers(keys: Sequence[str], where: str, leaders: Mapping[str, str]) -> list[str]:
     """The keys of an unfinished restore to remove before starting again; RestoreRefused
     when the destination is anything else than empty or such leftovers: a finished
     restore (its log-start marker), or any key a restore does not write (a database, a
-    backup, files of someone else)."""
+    backup, files of someone else). `leaders`: the leader id in each of `owned_keys()`
+    present, so a database's own first term or batch is never taken for a leftover."""
     if any(k.startswith(layout.LOG_START) for k in keys):
         raise RestoreRefused(
             f"the destination {where} already holds a database (a log-start marker): "
             "restore only into an empty prefix"
         )
-    foreign = [k for k in keys if not _STEP.match(k)]
+    foreign = [
+        k
+        for k in keys
+        if not _STEP.match(k) or not leaders.get(k, "restore-").startswith("restore-")
+    ]
     if foreign:
         raise RestoreRefused(
             f"the destination {where} is not empty ({len(keys)} objects, e.g. {foreign[0]}): "

@@ -21,7 +21,8 @@ from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-EARLY = {"request_id": "early", "operations": [{"type": "write", "key": "ZQ==", "value": "ZQ=="}]}
+EARLY_ID = "early-before-the-restore-0001"
+EARLY = {"request_id": EARLY_ID, "operations": [{"type": "write", "key": "ZQ==", "value": "ZQ=="}]}
 
 
 @pytest.fixture(params=["dir", "minio"])
@@ -69,7 +70,7 @@ def test_restore_then_commit_on_top(stores: tuple[str, str]) -> None:
         listed = httpx.get(f"{restored.url}/v1/snapshots").json()["snapshots"]
         assert [s["version"] for s in listed] == [version]
         # Committed before V in the source: not in the restored log, never `not_committed`.
-        status = httpx.get(f"{restored.url}/v1/status", params={"request_id": "early"}).json()
+        status = httpx.get(f"{restored.url}/v1/status", params={"request_id": EARLY_ID}).json()
         assert status["status"] == "log_truncated", status
     finally:
         assert restored.stop() == 0, restored.log()

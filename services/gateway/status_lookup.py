@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from services.gateway import status as status_logic
-from weaseldb.core import history, requestids
+from weaseldb.core import requestids
 from weaseldb.core.errors import NotFound
 from weaseldb.core.requestids import BANNED, SegmentHeader, SegmentSpan
 from weaseldb.core.store import BlobStore
@@ -64,16 +64,13 @@ class IndexSearch:
         return status_logic.judge([], low, high, index_start), complete
 
     async def _index_start(self, spans: list[SegmentSpan]) -> int:
-        """The first version the index still covers: the oldest readable segment's; with
-        none, the first version the log holds (1, or after a log-start marker: a restored
-        database's log starts at its version V, and an id committed before V in the
-        source is then `log_truncated`, never a wrong `not_committed`)."""
+        """The first version the index still covers: the oldest readable segment's."""
         for span in reversed(spans):
             try:
                 return (await self._header(span))[0].first_version
             except NotFound:
                 continue
-        return await history.retained_start(self._store)
+        return 1
 
     async def _header(self, span: SegmentSpan) -> tuple[SegmentHeader, int]:
         cached = self._headers.get(span.key)

@@ -18,16 +18,14 @@ bench/results/.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_compaction import PER_BATCH, PER_TX, fill
-from systems import data_dir
+from bench_compaction import PER_BATCH, PER_TX, filled, local2_session
+from systems import data_dir, write_summary
 
 
 def main() -> int:
@@ -35,19 +33,14 @@ def main() -> int:
     parser.add_argument("--operations", type=int, default=10_000_000)
     parser.add_argument("--out", default="bench/results/restore.json")
     args = parser.parse_args()
-    from weaseldb_compaction import restore, session
+    from weaseldb_compaction import restore
 
     work = data_dir("bench-restore-")
     try:
-        started = time.perf_counter()
-        log_bytes = fill(work / "source", args.operations)
-        print(f"log: {args.operations} operations, {log_bytes / 1e6:.0f} MB "
-              f"in {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+        log_bytes = filled(work / "source", args.operations)
         newest = args.operations // PER_TX
         middle = newest // 2 + PER_BATCH // PER_TX // 2  # inside a batch
-        started = time.perf_counter()
-        spark = session.local_session("local[2]", local_dir=str(work / "spark"), driver_memory="4g")
-        session_s = time.perf_counter() - started
+        spark, session_s = local2_session(work)
         runs = {}
         try:
             for name, version in (("newest", newest), ("middle", middle)):
@@ -75,11 +68,8 @@ def main() -> int:
             "ops_per_s": runs["newest"]["ops_per_s"],
             "runs": runs,
         }
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result_json, indent=2))
-        plot(result_json, out.with_suffix(".png"))
-        print(json.dumps(result_json, indent=2))
+        write_summary(result_json, args.out)
+        plot(result_json, Path(args.out).with_suffix(".png"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -5,6 +5,7 @@ takes one: `weaseldb compact --keep-history`, the operator's ``spec.gc.keepHisto
 
 from __future__ import annotations
 
+import argparse
 import re
 
 #: Seconds per unit, largest first (the order a combination must follow).
@@ -37,3 +38,23 @@ def format_duration(seconds: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts) or "0s"
+
+
+def duration_argument(text: str) -> int:
+    """`parse_duration` as an argparse ``type``: a bad value exits 2, argparse naming the
+    flag and this naming the text."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def count_argument(text: str) -> int:
+    """A whole number, zero or more, as an argparse ``type`` (a count of versions, seconds)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"not a whole number, zero or more: {text!r}")
+    return count

@@ -135,6 +135,10 @@ class KeepHistory:
         return "the keep-history window (" + " and ".join(parts or ["none"]) + ")"
 
 
+#: No keep-history window: the cut is the newest snapshot the policies allow.
+NO_WINDOW = KeepHistory()
+
+
 @dataclass(frozen=True)
 class CutBounds:
     """What the cut may be. `policy`: every retention policy's version (None: no policy), a
@@ -149,7 +153,7 @@ class CutBounds:
     def of(
         cls,
         policy_versions: Iterable[int],
-        keep: KeepHistory = KeepHistory(),
+        keep: KeepHistory = NO_WINDOW,
         *,
         committed: int = 0,
         now_ms: int = 0,
@@ -345,7 +349,7 @@ async def collect(
     *,
     grace_s: float = DEFAULT_GRACE_S,
     now: float | None = None,
-    keep: KeepHistory = KeepHistory(),
+    keep: KeepHistory = NO_WINDOW,
     before_delete: Hook = _no_hook,
 ) -> GcResult:
     result = GcResult()

@@ -263,3 +263,31 @@ def test_the_cut_moves_forward_as_the_window_slides() -> None:
     # The two candidates above the cut (300's and 1300's), not the cut's own (deleted).
     assert batch_reads == [layout.batch_key(batches[i].batch) for i in (300, 1300)]
     assert run(logstart.newest(store)).committed_at_ms == T0_MS + 1300 * STEP_MS
+
+
+# The window in GET /v1/snapshots
+
+
+def test_the_restorable_window_is_read_once_per_ttl() -> None:
+    from services.gateway.snapshots import RESTORABLE_TTL_S, SnapshotListing
+
+    batches = timed_log()
+    store = run(setup(batches, 300))
+    clock = [100.0]
+    listing = SnapshotListing(store, clock=lambda: clock[0])
+
+    async def scenario() -> list[Any]:
+        before = await listing.restorable()
+        await gc.collect(store, now=NOW, keep=KeepHistory(versions=1000))
+        cached = await listing.restorable()
+        clock[0] += RESTORABLE_TTL_S
+        return [before, cached, await listing.restorable()]
+
+    before, cached, after = run(scenario())
+    newest_time = "2023-11-14T22:36:39.000Z"  # T0_MS + 1399 s
+    assert before == {"oldest_version": 0, "oldest_time": None, "newest_version": 1400,
+                      "newest_time": newest_time}  # fmt: skip
+    assert cached == before
+    assert after == {"oldest_version": 301, "oldest_time": "2023-11-14T22:18:20.000Z",
+                     "newest_version": 1400, "newest_time": newest_time}  # fmt: skip
+    assert run(SnapshotListing(MemoryStore()).restorable()) is None

@@ -291,3 +291,25 @@ def test_the_restorable_window_is_read_once_per_ttl() -> None:
     assert after == {"oldest_version": 301, "oldest_time": "2023-11-14T22:18:20.000Z",
                      "newest_version": 1400, "newest_time": newest_time}  # fmt: skip
     assert run(SnapshotListing(MemoryStore()).restorable()) is None
+
+
+def test_the_window_reads_one_batch_when_the_newest_is_of_the_newest_claim() -> None:
+    """holdings (what /v1/snapshots reads) reads back before the newest batch only when a
+    newer term was claimed than the newest batch's (as recovery does for a new leader)."""
+    batches = timed_log()
+    store = run(setup(batches, 300))
+    reads: list[str] = []
+    original_get = store.get
+
+    async def counting_get(key: str) -> bytes:
+        reads.append(key)
+        found: bytes = await original_get(key)
+        return found
+
+    store.get = counting_get
+    run(store.put(layout.term_key(batches[-1].term), b"{}"))
+    assert run(holdings(store)).newest_version == 1400
+    # (recovery's read of it, then holdings' own for its time)
+    assert {k for k in reads if k.startswith(layout.BATCHES)} == {
+        layout.batch_key(batches[-1].batch)
+    }

@@ -186,6 +186,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     ).get("store")  # fmt: skip
     if store is None:
         raise ConfigError("compact needs --data-dir DIR or --store URL")
+    if (args.keep_history or args.keep_history_versions) and not args.gc:
+        raise ConfigError("--keep-history and --keep-history-versions bound --gc: add --gc")
     return compaction_cli.compact(
         store,
         master=args.master,

@@ -77,6 +77,12 @@ def test_a_bad_keep_history_names_the_flag(args: list[str], message: str, tmp_pa
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_window_without_gc_is_refused(tmp_path: Path) -> None:
+    result = compact("--data-dir", str(tmp_path), "--keep-history", "7d")
+    assert result.returncode == 2
+    assert "--keep-history and --keep-history-versions bound --gc: add --gc" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--keep-history-seconds", "-1"), ("--keep-history-versions", "lots")],

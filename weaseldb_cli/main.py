@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from weaseldb.core import channels
+from weaseldb.core import channels, durations
 from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
+from weaseldb.core.gc import KeepHistory
 from weaseldb.core.types import Stage
 from weaseldb_cli import kv
 
@@ -25,7 +26,7 @@ DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an
 
 weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
-weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
+weaseldb compact [--data-dir DIR | --store URL] [--gc [--keep-history DURATION]] [--master local[*]]
 weaseldb restore --from URL --into URL [--to-version V | --to-time T] [--master local[*]]
 weaseldb operator [--namespace NS]
 weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
@@ -70,6 +71,21 @@ def _parser() -> argparse.ArgumentParser:
         "published, and the files of an unpublished run once its heartbeat is this old",
     )
     compact.add_argument("--driver-memory", default="2g", help="Spark driver memory")
+    compact.add_argument(
+        "--keep-history",
+        type=durations.duration_argument,
+        default=0,
+        metavar="DURATION",
+        help="GC keeps every version committed this long ago or later restorable (90s, 30m, "
+        "12h, 7d): its cut stays behind the window (docs/backup.md)",
+    )
+    compact.add_argument(
+        "--keep-history-versions",
+        type=durations.count_argument,
+        default=0,
+        metavar="N",
+        help="GC keeps the last N versions restorable",
+    )
 
     _restore_parser(commands)
 
@@ -173,6 +189,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     ).get("store")  # fmt: skip
     if store is None:
         raise ConfigError("compact needs --data-dir DIR or --store URL")
+    if (args.keep_history or args.keep_history_versions) and not args.gc:
+        raise ConfigError("--keep-history and --keep-history-versions bound --gc: add --gc")
     return compaction_cli.compact(
         store,
         master=args.master,
@@ -180,6 +198,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         upto_batch=args.upto_batch,
         gc_grace_s=args.gc_grace_seconds,
         driver_memory=args.driver_memory,
+        keep=KeepHistory(args.keep_history, args.keep_history_versions),
     )
 
 

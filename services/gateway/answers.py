@@ -84,8 +84,21 @@ class Snapshot(msgspec.Struct):
     bytes: int | None = None
 
 
+class Restorable(msgspec.Struct):
+    """The versions a point-in-time restore can rebuild from this database, inclusive (times
+    RFC 3339, null when not recorded; docs/backup.md, "The keep-history window")."""
+
+    # Written by services.gateway.snapshots.restorable_entry.
+
+    oldest_version: U64
+    oldest_time: str | None
+    newest_version: U64
+    newest_time: str | None
+
+
 class SnapshotList(msgspec.Struct):
     snapshots: list[Snapshot]
+    restorable: Restorable | None  # null: the store holds nothing yet
 
 
 class ErrorBody(msgspec.Struct):

@@ -305,7 +305,8 @@ def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
 
     @app.get("/v1/snapshots", tags=["client"], summary="Published snapshots, newest first")
     async def snapshots() -> Response:
-        return _json({"snapshots": await stage.snapshots.all()})
+        listing = stage.snapshots
+        return _json({"snapshots": await listing.all(), "restorable": await listing.restorable()})
 
 
 async def _bounded_body(request: Request, limit: int) -> bytes:

@@ -10,6 +10,7 @@ from pathlib import Path
 from weaseldb.core import layout, manifest
 from weaseldb.core.config import ConfigError
 from weaseldb.core.errors import StoreError, StoreFull
+from weaseldb.core.gc import NO_WINDOW, KeepHistory
 from weaseldb.runtime.stores import open_store
 
 #: How a failed write for space reads in Java's exceptions (ENOSPC's message).
@@ -52,6 +53,7 @@ def compact(
     upto_batch: int | None,
     gc_grace_s: float,
     driver_memory: str,
+    keep: KeepHistory = NO_WINDOW,
 ) -> int:
     from weaseldb_compaction import job, session
 
@@ -71,7 +73,7 @@ def compact(
     print(f"starting Spark ({master})", flush=True)
     spark = session.local_session(master, driver_memory=driver_memory)
     try:
-        options = job.Options(store_url, upto_batch, collect_garbage, gc_grace_s)
+        options = job.Options(store_url, upto_batch, collect_garbage, gc_grace_s, keep)
         outcome = job.run(spark, options, progress=lambda line: print(line, flush=True))
     except (job.CompactionError, session.SparkSetupError) as e:
         raise ConfigError(str(e)) from e

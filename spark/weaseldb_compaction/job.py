@@ -75,6 +75,7 @@ class Options:
     upto_batch: int | None = None  # fold no batch newer than this (numbers count down)
     collect_garbage: bool = False
     gc_grace_s: float = gc.DEFAULT_GRACE_S
+    keep: gc.KeepHistory = gc.NO_WINDOW  # GC's keep-history window
 
 
 class RunStatus(enum.StrEnum):
@@ -144,7 +145,8 @@ def run(spark: SparkSession, options: Options, progress: Callable[[str], None] =
     try:
         outcome = _compact(driver)
         if options.collect_garbage:
-            outcome.garbage = driver.sync(gc.collect(driver.store, grace_s=options.gc_grace_s))
+            garbage = gc.collect(driver.store, grace_s=options.gc_grace_s, keep=options.keep)
+            outcome.garbage = driver.sync(garbage)
             progress(outcome.garbage.summary())
     finally:
         driver.close()

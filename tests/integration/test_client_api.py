@@ -223,7 +223,10 @@ def test_retention_crud_and_validation(cluster: ProcessSet) -> None:
 def test_snapshots_lists_published_manifests_newest_first(
     cluster: ProcessSet, tmp_path: Path
 ) -> None:
-    assert httpx.get(f"{cluster.url}/v1/snapshots").json() == {"snapshots": []}
+    empty = httpx.get(f"{cluster.url}/v1/snapshots").json()
+    assert empty["snapshots"] == []
+    # Nothing collected yet: restorable from the empty state (version 0) on.
+    assert (empty["restorable"]["oldest_version"], empty["restorable"]["oldest_time"]) == (0, None)
     store = DirectoryStore(tmp_path / "data")
 
     async def publish(version: int) -> None:

@@ -55,3 +55,44 @@ def test_missing_java(tmp_path: Path) -> None:
     result = compact("--data-dir", str(tmp_path), env=env)
     assert result.returncode == 2
     assert "Java was not found: Spark needs a Java 17 runtime" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--keep-history", "7x"], "argument --keep-history: not a duration: '7x'", id="unit"
+        ),
+        pytest.param(["--keep-history", "90"], "argument --keep-history", id="bare-number"),
+        pytest.param(
+            ["--keep-history-versions", "-3"],
+            "argument --keep-history-versions: not a whole number, zero or more: '-3'",
+            id="negative-versions",
+        ),
+    ],
+)
+def test_a_bad_keep_history_names_the_flag(args: list[str], message: str, tmp_path: Path) -> None:
+    result = compact("--data-dir", str(tmp_path), "--gc", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_window_without_gc_is_refused(tmp_path: Path) -> None:
+    result = compact("--data-dir", str(tmp_path), "--keep-history", "7d")
+    assert result.returncode == 2
+    assert "--keep-history and --keep-history-versions bound --gc: add --gc" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--keep-history-seconds", "-1"), ("--keep-history-versions", "lots")],
+)
+def test_the_spark_entry_point_refuses_a_bad_window(flag: str, value: str) -> None:
+    """spark/weaseldb_compaction/main.py (the operator's SparkApplication passes
+    spec.gc.keepHistory there): exit 2 naming the flag, before Spark starts."""
+    result = subprocess.run(
+        [sys.executable, "-m", "weaseldb_compaction.main", "--store", "dir:/tmp", flag, value],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert f"argument {flag}: not a whole number, zero or more: '{value}'" in result.stderr

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from weaseldb.core import batchfile, layout
 from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
@@ -134,3 +136,19 @@ def with_times(batches: Sequence[Batch], *, start_ms: int, step_ms: int = 10) ->
             txs.append(msgspec.structs.replace(tx, timestamp_ms=now))
         timed.append(msgspec.structs.replace(batch, transactions=txs, created_at_ms=now))
     return timed
+
+
+def stamped(batches: Sequence[Batch], start_ms: int, step_ms: int) -> list[Batch]:
+    """`batches` as leaders at one clock would have written them: batch i created at
+    `start_ms + i * step_ms`, its transactions stamped with that time."""
+    return [
+        msgspec.structs.replace(
+            b,
+            created_at_ms=start_ms + i * step_ms,
+            transactions=[
+                msgspec.structs.replace(tx, timestamp_ms=start_ms + i * step_ms)
+                for tx in b.transactions
+            ],
+        )
+        for i, b in enumerate(batches)
+    ]

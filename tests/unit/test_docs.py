@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from services.gateway import errors as gateway_errors
-from services.gateway import retention, subscriptions
+from services.gateway import retention, snapshots, subscriptions
 from services.persister import app as persister_app
 from services.persister import assembly, engine, fullness, leader
 from services.resolver import app as resolver_app
@@ -394,6 +394,8 @@ def test_api_numbers() -> None:
     assert types.VERSION_MAX == 2**63 - 1
     fields = ", ".join(f'"{f}"' for f in retention.SNAPSHOT_FIELDS)
     stated("docs/api.md", "stay below 2^63", f"each as `{{{fields}}}`")
+    ttl = seconds(snapshots.RESTORABLE_TTL_S)
+    stated("docs/api.md", f"at most once per {ttl} per gateway worker")
 
 
 # --- README.md ------------------------------------------------------------------------------

@@ -538,9 +538,9 @@ def _started(run_id: str, version: int, at: float) -> bytes:
 def test_choose_cut_and_deletable_from() -> None:
     batches = build_log([data(0, i) for i in range(3)])
     ms = [manifest_at(b) for b in reversed(batches)]
-    assert gc.choose_cut(ms, []) == ms[0]
-    assert gc.choose_cut(ms, [2, 9]) == ms[1]
-    assert gc.choose_cut(ms, [0]) is None
+    assert gc.choose_cut(ms, gc.CutBounds.of([])) == ms[0]
+    assert gc.choose_cut(ms, gc.CutBounds.of([2, 9])) == ms[1]
+    assert gc.choose_cut(ms, gc.CutBounds.of([0])) is None
     assert gc.deletable_from(500, list(range(10))) is None
     assert gc.deletable_from(500, list(range(1000))) == 1000
     assert gc.deletable_from(5000, list(range(1000))) == 5000

@@ -2,7 +2,10 @@
 
 A separate step from compaction, safe to crash and rerun at any point:
 1. Pick the cut M: the newest published snapshot whose version is at or below every
-   retention policy's version (no policy: the newest snapshot).
+   retention policy's version (no policy: the newest snapshot) and, with a keep-history
+   window (`KeepHistory`), old enough that every version inside the window is restorable:
+   M's version at least `versions` below the committed version and committed at least
+   `seconds` ago. The window never moves the cut back (the history before it is gone).
 2. Create the log-start marker for M (create-only; "exists" means a previous run did).
    From here on every reader starts after M, so what follows only frees space. Then read
    the policies again: one accepted while the marker was being written may pin history
@@ -17,8 +20,8 @@ A separate step from compaction, safe to crash and rerun at any point:
    writing without publishing (their heartbeat is older than the grace period), and
    older log-start markers.
 
-`choose_cut`, `deletable_from`, `WindowTally`, `expired_snapshots` and `abandoned` decide;
-`collect` does the reads and deletes.
+`CutBounds`, `choose_cut`, `deletable_from`, `WindowTally`, `expired_snapshots` and
+`abandoned` decide; `collect` does the reads and deletes.
 
 One module, longer than most, on purpose: the order of the steps above is the safety
 argument (a reader never needs what was deleted), so the rules and the one function that
@@ -30,14 +33,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
-from weaseldb.core import layout, logstart, manifest, policies, requestids
+from weaseldb.core import layout, logstart, manifest, policies, recovery, requestids
+from weaseldb.core.batchfile import Batch
 from weaseldb.core.config import IdempotencyConfig
-from weaseldb.core.errors import NotFound
+from weaseldb.core.durations import format_duration
+from weaseldb.core.errors import CorruptObject, NotFound
 from weaseldb.core.manifest import Manifest
 from weaseldb.core.requestids import Promise, SegmentHeader, SegmentSpan
 from weaseldb.core.store import BlobStore, list_all
@@ -111,13 +116,99 @@ class GcResult:
 # Decisions (pure)
 
 
-def choose_cut(newest_first: Iterable[Manifest], policy_versions: list[int]) -> Manifest | None:
-    """The newest snapshot at or below every retention policy's version."""
-    floor = min(policy_versions, default=None)
+@dataclass(frozen=True)
+class KeepHistory:
+    """The keep-history window: every version committed in the last `seconds`, and the last
+    `versions` versions, stay restorable (a snapshot at or below each, and every batch
+    after it). 0: no bound of that kind."""
+
+    seconds: int = 0
+    versions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0 or self.versions < 0:
+            raise ValueError(f"a keep-history window is not negative: {self}")
+
+    def describe(self) -> str:
+        parts = [format_duration(self.seconds)] if self.seconds else []
+        parts += [f"{self.versions} versions"] if self.versions else []
+        return "the keep-history window (" + " and ".join(parts or ["none"]) + ")"
+
+
+#: No keep-history window: the cut is the newest snapshot the policies allow.
+NO_WINDOW = KeepHistory()
+
+
+@dataclass(frozen=True)
+class CutBounds:
+    """What the cut may be. `policy`: every retention policy's version (None: no policy), a
+    hard bound. `version` and `time_ms`, the keep-history window's: the cut's version at or
+    below `version` and committed at or before `time_ms` (None: no bound)."""
+
+    policy: int | None = None
+    version: int | None = None
+    time_ms: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        policy_versions: Iterable[int],
+        keep: KeepHistory = NO_WINDOW,
+        *,
+        committed: int = 0,
+        now_ms: int = 0,
+    ) -> CutBounds:
+        """`committed`: the newest committed version; `now_ms`: the time GC runs."""
+        return cls(
+            policy=min(policy_versions, default=None),
+            version=committed - keep.versions if keep.versions else None,
+            time_ms=now_ms - keep.seconds * 1000 if keep.seconds else None,
+        )
+
+    def allows_version(self, version: int) -> bool:
+        return all(bound is None or version <= bound for bound in (self.policy, self.version))
+
+    def old_enough(self, committed_at_ms: int | None) -> bool:
+        """A version committed at `committed_at_ms` is before the window's time (an unknown
+        time, None or 0, is not: the window keeps what it cannot place)."""
+        if self.time_ms is None:
+            return True
+        return committed_at_ms is not None and 0 < committed_at_ms <= self.time_ms
+
+    def lets_go(self, version: int, committed_at_ms: int | None) -> bool:
+        """A snapshot at `version`, committed at `committed_at_ms`, may be the cut."""
+        return self.allows_version(version) and self.old_enough(committed_at_ms)
+
+
+def choose_cut(
+    newest_first: Iterable[Manifest],
+    bounds: CutBounds,
+    committed_at: Mapping[int, int] | None = None,
+    current: int | None = None,
+) -> Manifest | None:
+    """The newest snapshot `bounds` let go, its commit time looked up by version in
+    `committed_at`. `current`: the newest log-start marker's version. A snapshot at or
+    below it needs only the policies' leave: the history before it is already gone, so the
+    window cannot keep it and the cut stays where it is (its own batch may be deleted)."""
+    times = committed_at or {}
     for candidate in newest_first:
-        if floor is None or candidate.version <= floor:
+        if bounds.policy is not None and candidate.version > bounds.policy:
+            continue
+        if current is not None and candidate.version <= current:
+            return candidate
+        if bounds.lets_go(candidate.version, times.get(candidate.version)):
             return candidate
     return None
+
+
+def committed_at_ms(batch: Batch, version: int) -> int:
+    """When `version` was committed, as `batch` (the batch holding it, or a later one)
+    records it: its transaction's timestamp, else the batch's creation time (later than the
+    commit, so a window bound by it keeps more, never less). 0: not recorded."""
+    for tx in reversed(batch.transactions):
+        if tx.version == version and tx.timestamp_ms:
+            return tx.timestamp_ms
+    return batch.created_at_ms
 
 
 def deletable_from(
@@ -258,6 +349,7 @@ async def collect(
     *,
     grace_s: float = DEFAULT_GRACE_S,
     now: float | None = None,
+    keep: KeepHistory = NO_WINDOW,
     before_delete: Hook = _no_hook,
 ) -> GcResult:
     result = GcResult()
@@ -266,11 +358,19 @@ async def collect(
     if not published:
         result.notes.append("no published snapshot")
         return result
-    cut = choose_cut(published, await policy_versions(store))
+    current = await logstart.newest(store)
+    bounds = await cut_bounds(store, keep, now)
+    times = await _commit_times(store, published, bounds, current)
+    cut = choose_cut(published, bounds, times, None if current is None else current.version)
     if cut is None:
-        result.notes.append("every snapshot is newer than a retention policy's version")
+        result.notes.append(_no_cut(published, bounds, keep))
         return result
-    created = await logstart.write(store, logstart.LogStart(cut.batch, cut.term, cut.version))
+    if current is None or current.after_batch != cut.batch:
+        at_ms = times[cut.version] if cut.version in times else await _commit_time(store, cut)
+        marker = logstart.LogStart(cut.batch, cut.term, cut.version, committed_at_ms=at_ms)
+        created = await logstart.write(store, marker)
+    else:
+        created = False  # the cut stays: its marker exists (and its batch may be gone)
     low = pinned_below(await policy_versions(store), cut)
     if low is not None:
         # A policy accepted while the marker was written: nothing was deleted, so the
@@ -285,6 +385,58 @@ async def collect(
     except PolicyPinned as e:
         result.notes.append(f"stopped: {e}")
     return result
+
+
+async def cut_bounds(store: BlobStore, keep: KeepHistory, now: float) -> CutBounds:
+    """The bounds on the cut: the policies' and `keep`'s. The committed version is read
+    only for a window in versions (recovery's LIST and one GET; no read-back while the
+    newest batch is of the newest claimed term)."""
+    committed = 0
+    if keep.versions:
+        claimed = await recovery.newest_claim(store)
+        committed = (await recovery.recover(store, prior_term=claimed)).last_version
+    return CutBounds.of(
+        await policy_versions(store), keep, committed=committed, now_ms=int(now * 1000)
+    )
+
+
+async def _commit_times(
+    store: BlobStore,
+    newest_first: Sequence[Manifest],
+    bounds: CutBounds,
+    current: logstart.LogStart | None,
+) -> dict[int, int]:
+    """The commit times `choose_cut` needs for a window in time: of the snapshots newer
+    than the current cut, oldest first, up to the first one too young (versions commit in
+    order, so every newer one is too). One GET of a batch per snapshot the cut moves past,
+    plus one."""
+    times: dict[int, int] = {}
+    if bounds.time_ms is None:
+        return times
+    for candidate in reversed(newest_first):
+        if current is not None and candidate.version <= current.version:
+            continue
+        if not bounds.allows_version(candidate.version):
+            break
+        times[candidate.version] = await _commit_time(store, candidate)
+        if not bounds.old_enough(times[candidate.version]):
+            break
+    return times
+
+
+async def _commit_time(store: BlobStore, snapshot: Manifest) -> int:
+    """When the snapshot's version was committed (0: its batch is gone or unreadable)."""
+    try:
+        return committed_at_ms(await recovery.read_batch(store, snapshot.batch), snapshot.version)
+    except (NotFound, CorruptObject):
+        return 0
+
+
+def _no_cut(newest_first: Sequence[Manifest], bounds: CutBounds, keep: KeepHistory) -> str:
+    """Why no snapshot may be the cut."""
+    if bounds.policy is not None and all(m.version > bounds.policy for m in newest_first):
+        return "every snapshot is newer than a retention policy's version"
+    return f"every snapshot is inside {keep.describe()}: nothing deleted"
 
 
 async def _collect_below(

@@ -8,7 +8,8 @@ version (its snapshot is the cut, never deleted while it is the cut), or 0 (the 
 while nothing was ever garbage collected. The newest is the last version of the durable
 valid log (weaseldb.core.recovery's single LIST).
 
-Reads only: one LIST of markers, one recovery scan, one GET of the newest batch.
+Reads only: one LIST of markers, of snapshots and of term claims, one recovery scan, one
+GET of the newest batch.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ async def holdings(store: BlobStore) -> Holdings | None:
     """What `store` can restore; None when it holds no log and no snapshot at all."""
     start = await logstart.newest(store)
     snapshots = await manifest.manifest_versions(store)
-    found = await recovery.recover(store, prior_term=None)
+    # No read-back while the newest batch is of the newest claimed term (the usual case).
+    found = await recovery.recover(store, prior_term=await recovery.newest_claim(store))
     if found.watermark is None and start is None and not snapshots:
         return None
     oldest = Version(0) if start is None else start.version

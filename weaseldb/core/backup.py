@@ -83,7 +83,7 @@ def snapshots_to_copy(
 def needed_but_gone(number: BatchNumber, source_marker: LogStart | None) -> bool:
     """Batch `number`, which the backup needs next, is missing from the source: True when
     the source's garbage collection explains it (its log now starts after that batch)."""
-    return source_marker is not None and source_marker.after_batch >= number
+    return source_marker is not None and number >= source_marker.after_batch
 
 
 def fell_behind(number: BatchNumber, held: Holdings | None, source_marker: LogStart) -> FellBehind:

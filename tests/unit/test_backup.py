@@ -122,21 +122,27 @@ def test_the_log_check_starts_at_the_marker_and_checks_versions_move_forward() -
 
 
 def test_the_report_is_the_range_from_a_good_base_snapshot_to_the_checked_log() -> None:
-    check = LogCheck(marker(TOP - 10, 10))
-    check.newest = Version(30)
-    ok = backup.report(held(10, 30, (10, 20)), check, [Version(10), Version(20)], [])
+    start = marker(TOP - 10, 10)
+    check = LogCheck(start)
+    check.newest, check.batches = Version(30), 20
+    both = [Version(10), Version(20)]
+    ok = backup.report(start, check, both, both, [], held(10, 30, (10, 20)))
     assert ok.line() == {"ok": True, "oldest_version": 10, "newest_version": 30, "problems": []}
     # The marker's snapshot lost a file: restorable from the next good one only.
-    missing = backup.report(held(10, 30, (10, 20)), check, [Version(20)], ["snapshot 10: gone"])
+    missing = backup.report(start, check, both, [Version(20)], ["snapshot 10: gone"], None)
     assert (missing.ok, missing.oldest_version, missing.newest_version) == (False, 20, 30)
-    assert "restorable from version 20 only" in missing.problems[-1]
-    nothing = backup.report(held(10, 30, (10,)), check, [], ["snapshot 10: gone"])
+    assert "no good snapshot at the log start, version 10" in missing.problems[-1]
+    nothing = backup.report(start, check, both, [], ["snapshot 10: gone"], None)
     assert (nothing.ok, nothing.oldest_version, nothing.newest_version) == (False, None, None)
-    assert backup.report(None, LogCheck(None), [], []).problems == ("the store holds no backup",)
+    empty = backup.report(None, LogCheck(None), [], [], [], None)
+    assert empty.problems == ("the store holds no backup",)
+    # The walk and the recovery scan (what a restore reads) disagree.
+    odd = backup.report(start, check, both, both, [], held(10, 29))
+    assert not odd.ok and "its recovery scan at 29" in odd.problems[0]
 
 
 def test_a_log_from_the_genesis_restores_from_the_empty_state_without_snapshots() -> None:
     check = LogCheck(None)
-    check.newest = Version(5)
-    report = backup.report(held(0, 5), check, [], [])
+    check.newest, check.batches = Version(5), 5
+    report = backup.report(None, check, [], [], [], held(0, 5))
     assert (report.ok, report.oldest_version, report.newest_version) == (True, 0, 5)

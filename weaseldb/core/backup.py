@@ -146,11 +146,13 @@ class LogCheck:
         self.newest = Version(0) if start is None else start.version
         self.versions: dict[BatchNumber, Version] = {}  # valid batch -> its last version
         self.problems: list[str] = []
+        self.batches = 0  # batch keys seen
         self.broken = False  # past the first problem: later batches restore nothing
 
     def add(self, number: BatchNumber, batch: Batch | None, error: str | None = None) -> None:
         """One batch key in listing order; `batch` None with `error` when it failed to
         decode (checksum, format)."""
+        self.batches += 1
         if number != self.expected and not self.broken:
             self._break(f"gap: batch {self.expected} is missing (the log stops there)")
         self.expected = BatchNumber(number - 1)
@@ -207,28 +209,32 @@ class Report:
 
 
 def report(
-    held: Holdings | None, log: LogCheck, good_snapshots: list[Version], problems: list[str]
+    start: LogStart | None,
+    log: LogCheck,
+    snapshots: list[Version],
+    good_snapshots: list[Version],
+    problems: list[str],
+    held: Holdings | None,
 ) -> Report:
     """The restorable range: from the oldest good snapshot at or above the marker (the
     empty state when the log starts at the genesis) to the last version before the first
-    problem in the log. `problems`: the snapshots' and anything else found."""
-    everything = tuple(log.problems + problems)
-    if held is None:
-        return Report(False, None, None, ("the store holds no backup", *everything))
+    problem in the log. `snapshots`: every published one; `problems`: the snapshots' and
+    anything else found; `held`: what weaseldb.core.holdings says (None: it failed, a
+    problem already), which the walk must agree with."""
+    found = list(log.problems) + problems
+    if start is None and not log.batches and not snapshots:
+        return Report(False, None, None, ("the store holds no backup", *found))
     newest = log.newest
     oldest: Version | None = Version(0)  # from the genesis: the empty state is the base
-    if held.oldest_version > 0:
-        bases = [v for v in good_snapshots if held.oldest_version <= v <= newest]
+    if start is not None:
+        bases = [v for v in good_snapshots if start.version <= v <= newest]
         oldest = bases[0] if bases else None
-    if oldest is not None and oldest != held.oldest_version:
-        everything += (
-            f"restorable from version {oldest} only: no good snapshot at version "
-            f"{held.oldest_version}",
-        )
-    if newest != held.newest_version and not log.problems:
-        everything += (
-            f"the log's walk ends at version {newest}, its recovery scan at {held.newest_version}",
+        if oldest != start.version:
+            found.append(f"no good snapshot at the log start, version {start.version}")
+    if held is not None and not log.problems and held.newest_version != newest:
+        found.append(
+            f"the log's walk ends at version {newest}, its recovery scan at {held.newest_version}"
         )
     if oldest is None:
-        return Report(False, None, None, everything)
-    return Report(not everything, oldest, newest, everything)
+        return Report(False, None, None, tuple(found))
+    return Report(not found, oldest, newest, tuple(found))

@@ -97,6 +97,7 @@ async def copy(
     marker = backup.marker_to_copy(dest_marker, has_batches, source_marker)
     start = marker or dest_marker
     oldest = Version(0) if start is None else start.version
+    run = await _batches_to_copy(source, dest, start)  # FellBehind here writes nothing
     await _copy_snapshots(source, dest, oldest, tally, parallelism)
     if marker is not None:
         if marker.version not in await manifest.manifest_versions(dest):
@@ -105,7 +106,7 @@ async def copy(
                 "while the first backup ran (its garbage collection moved on): run it again"
             )
         await _put(dest, marker.key, logstart.encode(marker), tally)
-    await _copy_batches(source, dest, start, tally, parallelism)
+    await _copy_batches(source, dest, run, tally, parallelism)
     return tally.line(await holdings(dest))
 
 
@@ -146,18 +147,38 @@ async def _copy_snapshot(
     return True
 
 
-async def _copy_batches(
-    source: BlobStore, dest: BlobStore, start: LogStart | None, tally: Tally, parallelism: int
-) -> None:
+async def _batches_to_copy(
+    source: BlobStore, dest: BlobStore, start: LogStart | None
+) -> list[BatchNumber]:
+    """The source's batches the backup lacks, oldest first: from the first one after the
+    backup's gapless run (from its marker, or the genesis) up to the source's first gap
+    (its durable region: the database may be writing past it). FellBehind when the source's
+    GC already deleted the first of them."""
     seed = backup.seed_of(start)
     held = history.gapless_prefix(await history.batch_numbers_after(dest, seed), seed)
+    if held:  # the same history as the source's, where the source still has it
+        await _same_as_source(source, dest, held[-1])
     first = backup.next_number(held, seed)
     from_first = backup.listing_seed(first)
     run = history.gapless_prefix(await history.batch_numbers_after(source, from_first), from_first)
     if not run:
         await _check_not_behind(source, dest, first)
-        return
+    return run
 
+
+async def _same_as_source(source: BlobStore, dest: BlobStore, number: BatchNumber) -> None:
+    """The backup's newest batch must be the source's: else it is another database's."""
+    key = layout.batch_key(number)
+    try:
+        theirs = await _get(source, key)
+    except NotFound:
+        return  # collected at the source since: the backup keeps it
+    backup.judge_existing(key, theirs, await _get(dest, key))
+
+
+async def _copy_batches(
+    source: BlobStore, dest: BlobStore, run: list[BatchNumber], tally: Tally, parallelism: int
+) -> None:
     async def copy_batch(number: BatchNumber) -> None:
         key = layout.batch_key(number)
         try:
@@ -206,12 +227,17 @@ async def verify(store: BlobStore, parallelism: int = DEFAULT_PARALLELISM) -> Re
     """Read a backup end to end: every batch from its marker on (checksum, gaps, the
     validity walk), every published manifest (checksum) and snapshot file (present, its
     size and row count)."""
-    held = await holdings(store)
     start = await logstart.newest(store)
     check = LogCheck(start)
     await _check_log(store, start, check, parallelism)
-    good, problems = await _check_snapshots(store, start, check, parallelism)
-    return backup.report(held, check, good, problems)
+    published = await manifest.manifest_versions(store)
+    good, problems = await _check_snapshots(store, published, start, check, parallelism)
+    try:
+        held = await holdings(store)
+    except CorruptObject as e:  # what a restore would trip on first
+        held = None
+        problems.append(f"the recovery scan fails: {e}")
+    return backup.report(start, check, published, good, problems, held)
 
 
 async def _check_log(
@@ -237,12 +263,16 @@ async def _check_log(
 
 
 async def _check_snapshots(
-    store: BlobStore, start: LogStart | None, check: LogCheck, parallelism: int
+    store: BlobStore,
+    published: list[Version],
+    start: LogStart | None,
+    check: LogCheck,
+    parallelism: int,
 ) -> tuple[list[Version], list[str]]:
     """(the published snapshots that checked out, oldest first; the problems found)."""
     good: list[Version] = []
     problems: list[str] = []
-    for version in await manifest.manifest_versions(store):
+    for version in published:
         found = await _snapshot_problems(store, version, start, check, parallelism)
         problems += found
         if not found:

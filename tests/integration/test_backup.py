@@ -24,7 +24,7 @@ from tests.support.reader import collect_garbage, snapshot_now
 from tests.support.waiting import wait_for
 from weaseldb.core import layout
 from weaseldb.core.batchfile import Batch
-from weaseldb.core.protocol import Delete, RangeDelete, Write
+from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import list_all
 from weaseldb.core.types import NUMBER_TOP, BatchNumber
 from weaseldb.runtime.stores import open_store
@@ -62,7 +62,7 @@ def log(batches: int, *, term_change_at: int | None = None) -> list[Batch]:
     for i in range(batches):
         term = 1 if term_change_at is not None and i >= term_change_at else 0
         key = b"k%03d" % (i % 50)
-        ops = [Write(key, b"v%d" % i)]
+        ops: list[Operation] = [Write(key, b"v%d" % i)]
         if i % 7 == 3:
             ops.append(Delete(b"k%03d" % ((i * 3) % 50)))
         if i % 31 == 5:

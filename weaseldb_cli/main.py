@@ -27,6 +27,7 @@ DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an
 weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
 weaseldb compact [--data-dir DIR | --store URL] [--gc] [--master local[*]]
+weaseldb restore --from URL --into URL [--to-version V | --to-time T] [--master local[*]]
 weaseldb operator [--namespace NS]
 weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
 weaseldb reader --upstream URL [--store URL | --data-dir DIR] --state-dir DIR [--port 8090]
@@ -72,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
         "published, and the files of an unpublished run once its heartbeat is this old",
     )
     compact.add_argument("--driver-memory", default="2g", help="Spark driver memory")
+
+    _restore_parser(commands)
 
     operator = commands.add_parser("operator", help="run the Kubernetes operator (kopf)")
     operator.add_argument("--namespace", help="watch only this namespace (default: all)")
@@ -182,6 +185,44 @@ def cmd_compact(args: argparse.Namespace) -> int:
         gc_grace_s=args.gc_grace_seconds,
         driver_memory=args.driver_memory,
     )
+
+
+def _restore_parser(commands: Any) -> None:
+    restore = commands.add_parser(
+        "restore", help="rebuild a database at a past version into an empty prefix (Spark)"
+    )
+    restore.add_argument("--from", dest="source", required=True, help="the source store URL")
+    restore.add_argument("--into", required=True, help="the destination store URL (empty)")
+    target = restore.add_mutually_exclusive_group()
+    target.add_argument("--to-version", type=int, help="the version to restore")
+    target.add_argument(
+        "--to-time", help="RFC 3339 time: the last version committed at or before it"
+    )
+    restore.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    restore.add_argument("--driver-memory", default="2g", help="Spark driver memory")
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Exit 2 with `weaseldb restore: error: ...` and nothing written on any refusal."""
+    try:
+        from weaseldb.core.restore import RestoreRefused, parse_time
+
+        try:
+            from weaseldb_compaction import restore_cli
+            from weaseldb_compaction.restore import RestoreOptions
+        except ImportError as e:
+            raise ConfigError(
+                f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'"
+            ) from e
+        try:
+            at = None if args.to_time is None else parse_time(args.to_time)
+        except RestoreRefused as e:
+            raise ConfigError(str(e)) from e
+        options = RestoreOptions(args.source, args.into, args.to_version, at)
+        return restore_cli.restore(options, master=args.master, driver_memory=args.driver_memory)
+    except ConfigError as e:
+        print(f"weaseldb restore: error: {e}", file=sys.stderr)
+        return 2
 
 
 def cmd_switchover(args: argparse.Namespace) -> int:
@@ -305,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_operator(namespace=args.namespace)
         if args.command == "compact":
             return cmd_compact(args)
+        if args.command == "restore":
+            return cmd_restore(args)
         if args.command == "switchover":
             return cmd_switchover(args)
         if args.command == "reader":

@@ -117,3 +117,20 @@ def synthetic_log(
         if i == batch_count // 2:  # the deposed leader's late writes: void
             specs += [BatchSpec(0, [[op() for _ in range(per_transaction)]]) for _ in range(3)]
     return build_log(specs)
+
+
+def with_times(batches: Sequence[Batch], *, start_ms: int, step_ms: int = 10) -> list[Batch]:
+    """The same log with real, increasing commit times: each transaction `step_ms` after the
+    one written before it (in batch order, so a void batch's transactions are later than
+    the valid ones at the same versions, as a deposed leader's late writes are)."""
+    import msgspec
+
+    timed: list[Batch] = []
+    now = start_ms
+    for batch in batches:
+        txs = []
+        for tx in batch.transactions:
+            now += step_ms
+            txs.append(msgspec.structs.replace(tx, timestamp_ms=now))
+        timed.append(msgspec.structs.replace(batch, transactions=txs, created_at_ms=now))
+    return timed

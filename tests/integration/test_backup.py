@@ -22,12 +22,14 @@ from tests.support.logs import BatchSpec, build_log, write_log_at
 from tests.support.minio import MinioServer
 from tests.support.reader import collect_garbage, snapshot_now
 from tests.support.waiting import wait_for
-from weaseldb.core import layout
+from weaseldb.core import layout, manifest
 from weaseldb.core.batchfile import Batch
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import list_all
-from weaseldb.core.types import NUMBER_TOP, BatchNumber
+from weaseldb.core.types import NUMBER_TOP, BatchNumber, Version
+from weaseldb.runtime import backup as backup_runtime
 from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores.directory import DirectoryStore
 from weaseldb.runtime.stores.dirwalk import split_name
 
 
@@ -265,3 +267,40 @@ def test_a_backup_killed_half_way_resumes(tmp_path: Path) -> None:
         "ok": True, "oldest_version": 50, "newest_version": 1500, "problems": [],
     }  # fmt: skip
     assert len(keys(f"dir:{dest}", layout.BATCHES)) == 1450
+
+
+class CollectedWhileRead(DirectoryStore):
+    """A source whose GC deletes a snapshot right after the copier read its manifest."""
+
+    def __init__(self, root: Path, version: int) -> None:
+        super().__init__(root)
+        self.manifest_key = layout.manifest_key(Version(version))
+
+    async def get(self, key: str) -> bytes:
+        data = await super().get(key)
+        if key == self.manifest_key:
+            published = manifest.decode(data)
+            await self.delete(key)
+            for entry in published.files:
+                await self.delete(entry.path)
+        return data
+
+
+def test_a_snapshot_collected_mid_copy_is_skipped_not_half_published(tmp_path: Path) -> None:
+    source_url, dest_url = f"dir:{tmp_path / 'db'}", f"dir:{tmp_path / 'backup'}"
+    write_log_at(source_url, log(20))
+    snapshot = snapshot_now(source_url)
+
+    async def run() -> dict[str, Any]:
+        source = CollectedWhileRead(tmp_path / "db", snapshot.version)
+        dest = open_store(dest_url)
+        try:
+            return await backup_runtime.copy(source, dest)
+        finally:
+            await source.close()
+            await dest.close()
+
+    line = asyncio.run(run())
+    assert line == {"copied": 20, "skipped": 0, "oldest_version": 0, "newest_version": 20}
+    assert keys(dest_url, layout.SNAPSHOTS) == []  # neither its file nor its manifest
+    assert verify(dest_url).line["ok"] is True

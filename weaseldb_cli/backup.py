@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Any
 
-from weaseldb.core.backup import BackupError
+from weaseldb.core.backup import MAX_PARALLELISM, BackupError
 from weaseldb.core.errors import WeaselError
 
 #: Exit codes.
@@ -41,8 +41,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="weaseldb backup: %(message)s")
     try:
-        if args.parallelism < 1:
-            raise ValueError("--parallelism must be at least 1")
+        if not 1 <= args.parallelism <= MAX_PARALLELISM:
+            raise ValueError(f"--parallelism must be 1..{MAX_PARALLELISM}")
         if args.action == "verify":
             report = asyncio.run(_verify(args.store, args.parallelism))
             print(json.dumps(report.line()), flush=True)

@@ -44,12 +44,10 @@ def test_the_source_marker_is_copied_only_into_a_backup_without_marker_or_batch(
 
 
 def test_the_next_batch_follows_the_held_run_or_the_seed() -> None:
-    assert backup.next_number([], GENESIS) == TOP
+    assert backup.next_number(None, GENESIS) == TOP
     start = marker(TOP - 10, 10)
-    assert backup.next_number([], start.seed) == TOP - 11
-    assert backup.next_number([BatchNumber(TOP - 11), BatchNumber(TOP - 12)], start.seed) == (
-        TOP - 13
-    )
+    assert backup.next_number(None, start.seed) == TOP - 11
+    assert backup.next_number(BatchNumber(TOP - 12), start.seed) == TOP - 13
     assert backup.listing_seed(BatchNumber(TOP)) == GENESIS
     assert backup.listing_seed(BatchNumber(TOP - 13)).first_number == TOP - 13
 

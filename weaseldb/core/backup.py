@@ -23,6 +23,11 @@ from weaseldb.core.manifest import SnapshotFile
 from weaseldb.core.types import NUMBER_TOP, BatchNumber, Version
 from weaseldb.core.validity import GENESIS, Seed, ValidityWalk
 
+#: Objects a run copies at once, at most: a run killed half-way leaves holes only this close
+#: to the backup's end, well inside the one LIST of 1000 keys the next run finds its
+#: watermark with (weaseldb.core.recovery.scan_listing).
+MAX_PARALLELISM = 256
+
 
 class BackupError(Exception):
     """The copy cannot go on; nothing it wrote is wrong, and a rerun resumes."""
@@ -60,9 +65,10 @@ def seed_of(marker: LogStart | None) -> Seed:
     return GENESIS if marker is None else marker.seed
 
 
-def next_number(held_run: list[BatchNumber], seed: Seed) -> BatchNumber:
-    """The first batch the backup lacks: after its gapless run from `seed` (oldest first)."""
-    return BatchNumber(held_run[-1] - 1) if held_run else seed.first_number
+def next_number(watermark: BatchNumber | None, seed: Seed) -> BatchNumber:
+    """The first batch the backup lacks: after its watermark (the newest batch of its
+    gapless run from `seed`), or the seed's first when it holds none."""
+    return BatchNumber(watermark - 1) if watermark is not None else seed.first_number
 
 
 def listing_seed(number: BatchNumber) -> Seed:

@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from weaseldb.core import backup, batchfile, history, layout, logstart, manifest
+from weaseldb.core import backup, batchfile, history, layout, logstart, manifest, recovery
 from weaseldb.core.backup import BackupError, LogCheck, Report, Tally
 from weaseldb.core.config import PersisterConfig
 from weaseldb.core.errors import AlreadyExists, CorruptObject, NotFound
 from weaseldb.core.holdings import holdings
 from weaseldb.core.logstart import LogStart
 from weaseldb.core.store import BlobStore
-from weaseldb.core.types import BatchNumber, Version
+from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, BatchNumber, Version
 from weaseldb.runtime.retries import with_retries
 
 log = logging.getLogger("weaseldb.backup")
@@ -155,10 +155,14 @@ async def _batches_to_copy(
     (its durable region: the database may be writing past it). FellBehind when the source's
     GC already deleted the first of them."""
     seed = backup.seed_of(start)
-    held = history.gapless_prefix(await history.batch_numbers_after(dest, seed), seed)
-    if held:  # the same history as the source's, where the source still has it
-        await _same_as_source(source, dest, held[-1])
-    first = backup.next_number(held, seed)
+    # The backup's watermark from one LIST, as recovery finds a database's: a run leaves
+    # holes only within its window (under 1000) of the end.
+    numbers = await recovery.list_numbers(dest, layout.BATCHES, limit=MAX_IN_FLIGHT_LIMIT)
+    complete = len(numbers) < MAX_IN_FLIGHT_LIMIT
+    watermark = recovery.scan_listing(numbers, complete=complete, first=seed.first_number).watermark
+    if watermark is not None:  # the same history as the source's, where it still has it
+        await _same_as_source(source, dest, watermark)
+    first = backup.next_number(watermark, seed)
     from_first = backup.listing_seed(first)
     run = history.gapless_prefix(await history.batch_numbers_after(source, from_first), from_first)
     if not run:

@@ -70,7 +70,6 @@ def _shown(url: str) -> str:
 
 
 async def _copy(source_url: str, dest_url: str, parallelism: int) -> dict[str, Any]:
-    from weaseldb.core.holdings import holdings
     from weaseldb.runtime import backup
     from weaseldb.runtime.stores import open_store
 
@@ -78,7 +77,7 @@ async def _copy(source_url: str, dest_url: str, parallelism: int) -> dict[str, A
         raise ValueError("--from and --to are the same store")
     source, dest = open_store(source_url), open_store(dest_url)
     try:
-        if await holdings(source) is None:
+        if not await backup.holds_anything(source):
             raise BackupError(f"the source {_shown(source_url)} holds no database")
         return await backup.copy(source, dest, parallelism)
     finally:

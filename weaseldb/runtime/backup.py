@@ -85,6 +85,14 @@ def parquet_rows(data: bytes) -> int | None:
 # Copying
 
 
+async def holds_anything(store: BlobStore) -> bool:
+    """A batch, a snapshot or a log-start marker: three LISTs of one key."""
+    for prefix in (layout.BATCHES, layout.SNAPSHOTS, layout.LOG_START):
+        if await store.list(prefix, limit=1):
+            return True
+    return False
+
+
 async def copy(
     source: BlobStore, dest: BlobStore, parallelism: int = DEFAULT_PARALLELISM
 ) -> dict[str, Any]:

@@ -235,6 +235,8 @@ def test_refusals_write_nothing(tmp_path: Path, minio: MinioServer) -> None:
         assert refused.stderr.startswith("weaseldb backup: error: ")
         assert "Traceback" not in refused.stderr
         assert keys(minio.store_url(bucket)) == []
+    unreadable = backup("verify", "--store", source + "&credentials=BAD", env=env)
+    assert unreadable.code == 2 and "weaseldb backup: error: " in unreadable.stderr
     unset = copy(source + "&credentials=NOSUCH", minio.store_url(bucket))
     assert unset.code == 2 and "NOSUCH_ACCESS_KEY_ID" in unset.stderr
     assert verify(f"dir:{tmp_path / 'nothing'}").line["problems"] == ["the store holds no backup"]

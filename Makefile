@@ -8,6 +8,8 @@ TOOLS_BIN ?= $(HOME)/.cache/weaseldb/bin
 PYTEST_ARGS ?=
 # P7 (compaction): operations in the benchmark log.
 COMPACTION_OPS ?= 10000000
+# Point-in-time restore: operations in the restored history.
+RESTORE_OPS ?= 10000000
 # P13 (soak): seconds at saturation (`make bench SOAK_SECONDS=120` for a short check).
 SOAK_SECONDS ?= 600
 
@@ -59,6 +61,7 @@ bench: install tools
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_recovery.py --store dir --counts 10,1000000
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_stage_restart.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_compaction.py --operations $(COMPACTION_OPS)
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_restore.py --operations $(RESTORE_OPS)
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_soak.py --seconds $(SOAK_SECONDS)
 	PATH="$(TOOLS_BIN):$$PATH" WEASELDB_TOOLS=$(TOOLS_BIN) $(PY) bench/bench_failover.py --rounds 5
 	$(PY) bench/report.py

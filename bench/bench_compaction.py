@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -37,6 +38,9 @@ from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.runtime.stores.directory import DirectoryStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PER_BATCH, PER_TX, KEYS = 1000, 10, 1_000_000
 
@@ -89,6 +93,24 @@ def fill(root: Path, total: int) -> int:
     return size
 
 
+def filled(root: Path, total: int) -> int:
+    """`fill`, timed and reported; the log's bytes."""
+    started = time.perf_counter()
+    log_bytes = fill(root, total)
+    print(f"log: {total} operations, {log_bytes / 1e6:.0f} MB "
+          f"in {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+    return log_bytes
+
+
+def local2_session(work: Path) -> tuple[SparkSession, float]:
+    """The benchmarks' local[2] session and how long it took to start (reported apart)."""
+    from weaseldb_compaction import session
+
+    started = time.perf_counter()
+    spark = session.local_session("local[2]", local_dir=str(work / "spark"), driver_memory="4g")
+    return spark, time.perf_counter() - started
+
+
 async def read_all(store: BlobStore) -> list[bytes]:
     numbers = await history.all_batch_numbers(store)
     limit = asyncio.Semaphore(16)
@@ -130,19 +152,14 @@ def main() -> int:
     parser.add_argument("--operations", type=int, default=10_000_000)
     parser.add_argument("--out", default="bench/results/compaction.json")
     args = parser.parse_args()
-    from weaseldb_compaction import job, session
+    from weaseldb_compaction import job
 
     work = data_dir("bench-compaction-")
     try:
-        started = time.perf_counter()
-        log_bytes = fill(work / "data", args.operations)
-        print(f"log: {args.operations} operations, {log_bytes / 1e6:.0f} MB "
-              f"in {time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+        log_bytes = filled(work / "data", args.operations)
         ref_s, ref_keys, ref_bytes = reference(work / "data", work / "reference.parquet")
         print(f"reference fold: {ref_s:.1f} s, {args.operations / ref_s:,.0f} ops/s", flush=True)
-        started = time.perf_counter()
-        spark = session.local_session("local[2]", local_dir=str(work / "spark"), driver_memory="4g")
-        session_s = time.perf_counter() - started
+        spark, session_s = local2_session(work)
         outcome = job.run(spark, job.Options(f"dir:{work / 'data'}"), lambda line: None)
         spark.stop()
         assert outcome.manifest is not None and outcome.manifest.keys == ref_keys

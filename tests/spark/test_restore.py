@@ -273,3 +273,30 @@ def _delete(url: str, key: str) -> None:
             await store.close()
 
     asyncio.run(delete())
+
+
+def test_two_stores_reach_spark_through_per_bucket_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from weaseldb_compaction import session
+
+    monkeypatch.setenv("OTHER_ACCESS_KEY_ID", "other-key")
+    monkeypatch.setenv("OTHER_SECRET_ACCESS_KEY", "other-secret")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "default-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "default-secret")
+    source = session.parquet_place("s3://a/db?endpoint=http://127.0.0.1:1&region=r1")
+    into = session.parquet_place("s3://b/x?endpoint=https://e:2&region=r2&credentials=OTHER")
+    local = session.parquet_place("dir:/tmp/x")
+    settings = session.per_bucket([source, into, local])
+    assert settings["fs.s3a.bucket.a.access.key"] == "default-key"
+    assert settings["fs.s3a.bucket.b.access.key"] == "other-key"
+    assert settings["fs.s3a.bucket.b.secret.key"] == "other-secret"
+    assert settings["fs.s3a.bucket.b.endpoint"] == "https://e:2"
+    assert settings["fs.s3a.bucket.a.endpoint.region"] == "r1"
+    same_bucket = session.parquet_place(
+        "s3://a/other?endpoint=http://127.0.0.1:1&credentials=OTHER"
+    )
+    with pytest.raises(session.SparkSetupError, match="two stores in bucket a"):
+        session.per_bucket([source, same_bucket])
+    with pytest.raises(session.SparkSetupError, match="credentials=NONE needs NONE_ACCESS_KEY_ID"):
+        session.parquet_place("s3://a/db?credentials=NONE")

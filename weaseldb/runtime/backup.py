@@ -33,6 +33,9 @@ log = logging.getLogger("weaseldb.backup")
 
 #: Objects copied (or read back) at once by default.
 DEFAULT_PARALLELISM = 16
+#: Parquet files held at once (each read whole: the store seam has no streaming), whatever
+#: the parallelism: the compaction job writes files of up to about 128 MB.
+FILES_AT_ONCE = 2
 #: The store's own retry rule (weaseldb.runtime.retries), with its default budget.
 RETRIES = PersisterConfig()
 
@@ -148,7 +151,7 @@ async def _copy_snapshot(
                 raise CorruptObject(f"source snapshot {version}: {problem}")
             await _put(dest, entry.path, body, tally)
 
-        await in_order(published.files, copy_file, parallelism)
+        await in_order(published.files, copy_file, min(parallelism, FILES_AT_ONCE))
     except NotFound:
         return False
     await _put(dest, key, data, tally)
@@ -314,5 +317,5 @@ async def _snapshot_problems(
         if problem:
             problems.append(f"snapshot {version}: {problem}")
 
-    await in_order(published.files, check_file, parallelism)
+    await in_order(published.files, check_file, min(parallelism, FILES_AT_ONCE))
     return problems

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import io
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -147,6 +148,10 @@ def backup_state(url: str) -> dict[bytes, tuple[bytes, int]]:
     return asyncio.run(run())
 
 
+def batches_reach(url: str, count: int) -> Callable[[], bool]:
+    return lambda: len(keys(url, layout.BATCHES)) >= count
+
+
 @pytest.mark.slow
 def test_backup_while_the_database_runs_and_gc_deletes_then_restore(
     tmp_path: Path, run_dir: Path
@@ -158,18 +163,27 @@ def test_backup_while_the_database_runs_and_gc_deletes_then_restore(
     try:
         wait_for(writer.reached(100), 120, "100 commits")
         assert copy(source, dest).code == 0  # from the genesis: nothing collected yet
-        deleted = 0
+        deleted, killed = 0, False
         for round_ in range(1, 5):
             wait_for(writer.reached(400 * round_), 300, f"{400 * round_} commits")
             publish_snapshot(source, f"run{round_}")
+            held = len(keys(dest, layout.BATCHES))
             running = subprocess.Popen(
-                [sys.executable, "-m", "weaseldb_cli", "backup", "--from", source, "--to", dest],
+                [sys.executable, "-m", "weaseldb_cli", "backup", "--from", source, "--to", dest,
+                 "--parallelism", "2"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
+            if round_ == 2:  # killed half-way: the next round resumes it
+                wait_for(batches_reach(dest, held + 20), 120, "copying")
+                running.kill()
+                running.communicate(timeout=30)
+                killed = running.returncode == -signal.SIGKILL
+                continue
             deleted += collect(source).batches  # while the copy runs
             _, err = running.communicate(timeout=300)
             assert running.returncode == 0, err
         assert deleted > 0, "GC never deleted a batch: the test raced nothing"
+        assert killed, "the second round's copy finished before it was killed"
         writer.done.set()
         writer.join(60)
     finally:

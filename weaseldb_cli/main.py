@@ -20,6 +20,7 @@ from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
 from weaseldb.core.gc import KeepHistory
 from weaseldb.core.types import Stage
+from weaseldb_cli import backup as backup_cli
 from weaseldb_cli import kv
 
 DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an object store.
@@ -32,6 +33,8 @@ weaseldb operator [--namespace NS]
 weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
 weaseldb reader --upstream URL [--store URL | --data-dir DIR] --state-dir DIR [--port 8090]
 weaseldb kv {put,get,del,range,watch,status,txn} ... [--url URL] [--reader URL] [-o json]
+weaseldb backup --from URL --to URL [--parallelism N]
+weaseldb backup verify --store URL
 """
 
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
@@ -116,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     reader.add_argument("--config", help="TOML or JSON configuration file (its [reader] section)")
 
     kv.add_parser(commands)
+    backup_cli.add_parser(commands)
 
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
     service.add_argument("name", choices=[stage.value for stage in Stage])
@@ -349,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "kv":
         return kv.run(args)
+    if args.command == "backup":
+        return backup_cli.run(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s weaseldb %(levelname)s %(message)s")
     try:
         if args.command == "up":

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.logs import BatchSpec, build_log, write_log_at
+from tests.support.logs import BatchSpec, build_log, keys_at, write_log_at
 from tests.support.minio import MinioServer
 from tests.support.reader import collect_garbage, snapshot_now
 from tests.support.waiting import wait_for
@@ -86,17 +86,6 @@ def contents(url: str, prefix: str = "") -> dict[str, bytes]:
     return asyncio.run(read())
 
 
-def keys(url: str, prefix: str = "") -> list[str]:
-    async def read() -> list[str]:
-        store = open_store(url)
-        try:
-            return await list_all(store, prefix)
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
 def assert_copied_faithfully(source: str, dest: str) -> None:
     """Every object of the backup is the source's, byte for byte (where the source still
     has it), and the backup holds no terms, leases, policies or request-id index."""
@@ -142,7 +131,7 @@ def test_a_second_run_copies_only_what_is_new(stores: tuple[str, str]) -> None:
     # The new batches and snapshot; the source's new marker is not copied: the backup keeps
     # the history from the genesis that the source's log start now hides.
     assert third.line == {"copied": 23, "skipped": 0, "oldest_version": 0, "newest_version": 60}
-    assert keys(dest, layout.LOG_START) == []
+    assert keys_at(dest, layout.LOG_START) == []
     assert_copied_faithfully(source, dest)
     checked = verify(dest)
     assert checked.code == 0, checked.line
@@ -153,7 +142,7 @@ def test_a_second_run_copies_only_what_is_new(stores: tuple[str, str]) -> None:
     started = copy(source, fresh)
     assert started.code == 0, started.stderr
     assert started.line["oldest_version"] == second_snapshot.version == 60
-    assert keys(fresh, layout.LOG_START) == keys(source, layout.LOG_START)
+    assert keys_at(fresh, layout.LOG_START) == keys_at(source, layout.LOG_START)
     assert verify(fresh).line["ok"] is True
     assert first_snapshot.version < second_snapshot.version
 
@@ -234,7 +223,7 @@ def test_refusals_write_nothing(tmp_path: Path, minio: MinioServer) -> None:
         assert refused.code == 2, refused
         assert refused.stderr.startswith("weaseldb backup: error: ")
         assert "Traceback" not in refused.stderr
-        assert keys(minio.store_url(bucket)) == []
+        assert keys_at(minio.store_url(bucket)) == []
     unreadable = backup("verify", "--store", source + "&credentials=BAD", env=env)
     assert unreadable.code == 2 and "weaseldb backup: error: " in unreadable.stderr
     unset = copy(source + "&credentials=NOSUCH", minio.store_url(bucket))
@@ -254,11 +243,11 @@ def test_a_backup_killed_half_way_resumes(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: len(keys(f"dir:{dest}", layout.BATCHES)) >= 200, 120, "copying")
+        wait_for(lambda: len(keys_at(f"dir:{dest}", layout.BATCHES)) >= 200, 120, "copying")
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(30)
-    held = len(keys(f"dir:{dest}", layout.BATCHES))
+    held = len(keys_at(f"dir:{dest}", layout.BATCHES))
     assert held < 1450, "the copy finished before it was killed"
     resumed = copy(source, f"dir:{dest}")
     assert resumed.code == 0, resumed.stderr
@@ -268,7 +257,7 @@ def test_a_backup_killed_half_way_resumes(tmp_path: Path) -> None:
     assert verify(f"dir:{dest}").line == {
         "ok": True, "oldest_version": 50, "newest_version": 1500, "problems": [],
     }  # fmt: skip
-    assert len(keys(f"dir:{dest}", layout.BATCHES)) == 1450
+    assert len(keys_at(f"dir:{dest}", layout.BATCHES)) == 1450
 
 
 class CollectedWhileRead(DirectoryStore):
@@ -304,5 +293,5 @@ def test_a_snapshot_collected_mid_copy_is_skipped_not_half_published(tmp_path: P
 
     line = asyncio.run(run())
     assert line == {"copied": 20, "skipped": 0, "oldest_version": 0, "newest_version": 20}
-    assert keys(dest_url, layout.SNAPSHOTS) == []  # neither its file nor its manifest
+    assert keys_at(dest_url, layout.SNAPSHOTS) == []  # neither its file nor its manifest
     assert verify(dest_url).line["ok"] is True

@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.test_backup import copy, keys, verify
+from tests.integration.test_backup import copy, verify
 from tests.support.cluster import ProcessSet, free_port_block
+from tests.support.logs import keys_at
 from tests.support.reader import read_snapshot
 from tests.support.waiting import wait_for
 from weaseldb.core import gc, history, layout, logstart, manifest
@@ -78,7 +79,7 @@ def publish_snapshot(url: str, run: str) -> Manifest:
             sink = io.BytesIO()
             pq.write_table(
                 pa.table({
-                    "key": pa.array(list(state.keys()), pa.binary()),
+                    "key": pa.array(list(state.keys_at()), pa.binary()),
                     "value": pa.array([v for v, _ in state.values()], pa.binary()),
                     "version": pa.array([m for _, m in state.values()], pa.int64()),
                 }),
@@ -149,7 +150,7 @@ def backup_state(url: str) -> dict[bytes, tuple[bytes, int]]:
 
 
 def batches_reach(url: str, count: int) -> Callable[[], bool]:
-    return lambda: len(keys(url, layout.BATCHES)) >= count
+    return lambda: len(keys_at(url, layout.BATCHES)) >= count
 
 
 @pytest.mark.slow
@@ -167,7 +168,7 @@ def test_backup_while_the_database_runs_and_gc_deletes_then_restore(
         for round_ in range(1, 5):
             wait_for(writer.reached(400 * round_), 300, f"{400 * round_} commits")
             publish_snapshot(source, f"run{round_}")
-            held = len(keys(dest, layout.BATCHES))
+            held = len(keys_at(dest, layout.BATCHES))
             running = subprocess.Popen(
                 [sys.executable, "-m", "weaseldb_cli", "backup", "--from", source, "--to", dest,
                  "--parallelism", "2"],
@@ -193,7 +194,7 @@ def test_backup_while_the_database_runs_and_gc_deletes_then_restore(
     assert final.code == 0, final.stderr
     newest = newest_version(source)
     assert final.line["newest_version"] == newest == writer.count
-    assert layout.batch_key(BatchNumber(NUMBER_TOP)) not in keys(
+    assert layout.batch_key(BatchNumber(NUMBER_TOP)) not in keys_at(
         source, layout.BATCHES
     )  # collected
     assert verify(dest).line == {

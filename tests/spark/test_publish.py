@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support.logs import BatchSpec, build_log, write_log_at
+from tests.support.logs import BatchSpec, build_log, keys_at, write_log_at
 from weaseldb.core import batchfile, gc, history, layout, manifest
 from weaseldb.core.errors import CorruptObject
 from weaseldb.core.protocol import RangeDelete, Write
-from weaseldb.core.store import list_all
 from weaseldb.runtime.stores import open_store
 from weaseldb_compaction import fetch, job
 
@@ -31,17 +30,6 @@ def make_store(count: int = 20) -> str:
 
     write_log_at(url, build_log(specs))
     return url
-
-
-def keys_under(url: str, prefix: str) -> list[str]:
-    async def read() -> list[str]:
-        store = open_store(url)
-        try:
-            return await list_all(store, prefix)
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
 
 
 def quiet(_line: str) -> None:
@@ -69,10 +57,10 @@ def test_concurrent_compactions_publish_exactly_one_manifest(spark: SparkSession
     assert not errors, errors
     statuses = sorted(o.status for o in outcomes)
     assert statuses in (["lost_race", "published"], ["published", "up_to_date"]), statuses
-    manifests = [k for k in keys_under(url, layout.SNAPSHOTS) if k.endswith(".manifest")]
+    manifests = [k for k in keys_at(url, layout.SNAPSHOTS) if k.endswith(".manifest")]
     assert len(manifests) == 1
     (winner,) = [o.manifest for o in outcomes if o.manifest]
-    snapshot_keys = keys_under(url, layout.snapshot_dir(winner.version))
+    snapshot_keys = keys_at(url, layout.snapshot_dir(winner.version))
     assert all(k.startswith(winner.location) for k in snapshot_keys), snapshot_keys
     loser = [o for o in outcomes if o.status == "lost_race"]
     if loser:
@@ -91,7 +79,7 @@ def test_a_run_that_dies_before_publishing_publishes_nothing(
         patch.setattr(manifest, "encode", killed)
         with pytest.raises(KeyboardInterrupt):
             job.run(spark, job.Options(url), quiet)
-    left = keys_under(url, layout.SNAPSHOTS)
+    left = keys_at(url, layout.SNAPSHOTS)
     assert left and not [k for k in left if k.endswith(".manifest")]  # files, no manifest
 
     async def readers() -> tuple[object, int]:
@@ -118,7 +106,7 @@ def test_a_run_that_dies_before_publishing_publishes_nothing(
     assert asyncio.run(collect(0)).abandoned_runs == 1
     assert all(
         k.startswith(outcome.manifest.location) or k.endswith(".manifest")
-        for k in keys_under(url, layout.SNAPSHOTS)
+        for k in keys_at(url, layout.SNAPSHOTS)
     )
 
 

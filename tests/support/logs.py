@@ -12,7 +12,7 @@ import msgspec
 from weaseldb.core import batchfile, layout
 from weaseldb.core.batchfile import Batch, Transaction
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
-from weaseldb.core.store import BlobStore
+from weaseldb.core.store import BlobStore, list_all
 from weaseldb.core.types import NUMBER_TOP, BatchNumber, RequestId, Term, Version
 from weaseldb.core.validity import ValidityWalk
 from weaseldb.runtime.stores import open_store
@@ -78,6 +78,19 @@ def write_log_at(store_url: str, batches: Sequence[Batch]) -> None:
             await store.close()
 
     asyncio.run(write())
+
+
+def keys_at(store_url: str, prefix: str = "") -> list[str]:
+    """Every key under `prefix` in the store at `store_url`, from synchronous test code."""
+
+    async def read() -> list[str]:
+        store = open_store(store_url)
+        try:
+            return await list_all(store, prefix)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 def synthetic_log(

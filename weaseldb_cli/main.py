@@ -20,6 +20,7 @@ from weaseldb.core import config as config_module
 from weaseldb.core.config import Config, ConfigError, GatewayConfig
 from weaseldb.core.gc import KeepHistory
 from weaseldb.core.types import Stage
+from weaseldb_cli import backup as backup_cli
 from weaseldb_cli import kv
 
 DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an object store.
@@ -27,10 +28,13 @@ DESCRIPTION = """WeaselDB: the write side of a key-value database, durable in an
 weaseldb up [--data-dir DIR | --store URL] [--port N] [--run-dir DIR] [--config FILE]
 weaseldb service {gateway,sequencer,resolver,persister} --config FILE [--worker I]
 weaseldb compact [--data-dir DIR | --store URL] [--gc [--keep-history DURATION]] [--master local[*]]
+weaseldb restore --from URL --into URL [--to-version V | --to-time T] [--master local[*]]
 weaseldb operator [--namespace NS]
 weaseldb switchover NAME [--to POD] [--namespace NS] [--timeout S]
 weaseldb reader --upstream URL [--store URL | --data-dir DIR] --state-dir DIR [--port 8090]
 weaseldb kv {put,get,del,range,watch,status,txn} ... [--url URL] [--reader URL] [-o json]
+weaseldb backup --from URL --to URL [--parallelism N]
+weaseldb backup verify --store URL
 """
 
 #: How `weaseldb up` starts one service: this package, run by the same interpreter.
@@ -86,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         help="GC keeps the last N versions restorable",
     )
 
+    _restore_parser(commands)
+
     operator = commands.add_parser("operator", help="run the Kubernetes operator (kopf)")
     operator.add_argument("--namespace", help="watch only this namespace (default: all)")
 
@@ -113,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     reader.add_argument("--config", help="TOML or JSON configuration file (its [reader] section)")
 
     kv.add_parser(commands)
+    backup_cli.add_parser(commands)
 
     service = commands.add_parser("service", help="run one service (used by `up` and pods)")
     service.add_argument("name", choices=[stage.value for stage in Stage])
@@ -195,6 +202,44 @@ def cmd_compact(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory,
         keep=KeepHistory(args.keep_history, args.keep_history_versions),
     )
+
+
+def _restore_parser(commands: Any) -> None:
+    restore = commands.add_parser(
+        "restore", help="rebuild a database at a past version into an empty prefix (Spark)"
+    )
+    restore.add_argument("--from", dest="source", required=True, help="the source store URL")
+    restore.add_argument("--into", required=True, help="the destination store URL (empty)")
+    target = restore.add_mutually_exclusive_group()
+    target.add_argument("--to-version", type=int, help="the version to restore")
+    target.add_argument(
+        "--to-time", help="RFC 3339 time: the last version committed at or before it"
+    )
+    restore.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    restore.add_argument("--driver-memory", default="2g", help="Spark driver memory")
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Exit 2 with `weaseldb restore: error: ...` and nothing written on any refusal."""
+    try:
+        from weaseldb.core.restore import RestoreRefused, parse_time
+
+        try:
+            from weaseldb_compaction import restore_cli
+            from weaseldb_compaction.restore import RestoreOptions
+        except ImportError as e:
+            raise ConfigError(
+                f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'"
+            ) from e
+        try:
+            at = None if args.to_time is None else parse_time(args.to_time)
+        except RestoreRefused as e:
+            raise ConfigError(str(e)) from e
+        options = RestoreOptions(args.source, args.into, args.to_version, at)
+        return restore_cli.restore(options, master=args.master, driver_memory=args.driver_memory)
+    except ConfigError as e:
+        print(f"weaseldb restore: error: {e}", file=sys.stderr)
+        return 2
 
 
 def cmd_switchover(args: argparse.Namespace) -> int:
@@ -306,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "kv":
         return kv.run(args)
+    if args.command == "backup":
+        return backup_cli.run(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s weaseldb %(levelname)s %(message)s")
     try:
         if args.command == "up":
@@ -316,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_operator(namespace=args.namespace)
         if args.command == "compact":
             return cmd_compact(args)
+        if args.command == "restore":
+            return cmd_restore(args)
         if args.command == "switchover":
             return cmd_switchover(args)
         if args.command == "reader":

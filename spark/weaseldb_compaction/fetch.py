@@ -27,8 +27,11 @@ from weaseldb.core import batchfile, layout
 from weaseldb.core.protocol import Delete, Operation, RangeDelete, Write
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP, BatchNumber
-from weaseldb.runtime.stores import open_store
+from weaseldb.runtime.stores import open_store, url_credentials
 
+#: S3 keys the driver read for the store (weaseldb.runtime.stores.url_credentials): a
+#: Python worker's environment is the one its Spark session started with.
+Keys = tuple[str, str] | None
 WRITE, DELETE, RANGE_DELETE = 0, 1, 2
 #: Row kinds of the survey.
 HEADER, CUT, SAMPLE = 0, 1, 2
@@ -52,11 +55,16 @@ SURVEY_SCHEMA = pa.schema(
         ("end", pa.binary()),
         ("version", pa.int64()),
         ("idx", pa.int32()),
+        # Header, when asked for a time (a restore's --to-time): the greatest version of the
+        # batch's transactions committed at or before it, and when.
+        ("at_version", pa.int64()),
+        ("at_ms", pa.int64()),
     ]
 )
 SURVEY_DDL = (
     "kind tinyint, seq long, term_seq long, first_version long, last_version long, "
-    "operations long, size long, key binary, end binary, version long, idx int"
+    "operations long, size long, key binary, end binary, version long, idx int, "
+    "at_version long, at_ms long"
 )
 POINTS_SCHEMA = pa.schema(
     [
@@ -70,19 +78,30 @@ POINTS_SCHEMA = pa.schema(
 POINTS_DDL = "key binary, value binary, op tinyint, version long, idx int"
 
 
-def survey(store_url: str, seqs: Iterable[int]) -> Iterator[pa.RecordBatch]:
-    """Headers, range deletes and sampled point keys of the batches with these ordinals."""
+def survey(
+    store_url: str, seqs: Iterable[int], at_ms: int | None = None, keys: Keys = None
+) -> Iterator[pa.RecordBatch]:
+    """Headers, range deletes and sampled point keys of the batches with these ordinals
+    (with `at_ms`, each header also says what the batch committed by then)."""
     sampler = _Sampler(SAMPLES_PER_PARTITION)
-    for chunk in _decoded(store_url, seqs):
+    for chunk in _decoded(store_url, seqs, keys):
         rows: list[tuple[Any, ...]] = []
         for seq, batch, size in chunk:
             operations = [op for tx in batch.transactions for op in tx.operations]
             if any(type(op) is RangeDelete for op in operations):
                 rows += _cut_rows(seq, batch)
             sampler.offer(operations)
-            rows.append((HEADER, seq, batch, len(operations), size))
+            rows.append((HEADER, seq, batch, len(operations), size, _at(batch, at_ms)))
         yield _survey_rows(rows)
     yield _sample_rows(sampler)
+
+
+def _at(batch: batchfile.Batch, at_ms: int | None) -> tuple[int | None, int | None]:
+    """(greatest version committed at or before `at_ms`, its timestamp) of the batch."""
+    if at_ms is None:
+        return None, None
+    found = [(tx.version, tx.timestamp_ms) for tx in batch.transactions if tx.timestamp_ms <= at_ms]
+    return max(found) if found else (None, None)
 
 
 def _cut_rows(seq: int, batch: batchfile.Batch) -> list[tuple[Any, ...]]:
@@ -94,23 +113,30 @@ def _cut_rows(seq: int, batch: batchfile.Batch) -> list[tuple[Any, ...]]:
     ]
 
 
-def points(store_url: str, seqs: Iterable[int], void: frozenset[int]) -> Iterator[pa.RecordBatch]:
-    """Point operations of the batches with these ordinals, void ones left out."""
-    for chunk in _decoded(store_url, (s for s in seqs if s not in void)):
+def points(
+    store_url: str,
+    seqs: Iterable[int],
+    void: frozenset[int],
+    upto_version: int | None = None,
+    keys: Keys = None,
+) -> Iterator[pa.RecordBatch]:
+    """Point operations of the batches with these ordinals, void ones left out (and, for a
+    restore, the transactions after `upto_version`)."""
+    for chunk in _decoded(store_url, (s for s in seqs if s not in void), keys):
         columns = _PointColumns()
         for _, batch, _ in chunk:
-            columns.add(batch)
+            columns.add(batch, upto_version)
         yield columns.record_batch()
 
 
 def _decoded(
-    store_url: str, seqs: Iterable[int]
+    store_url: str, seqs: Iterable[int], keys: Keys = None
 ) -> Iterator[list[tuple[int, batchfile.Batch, int]]]:
     """(ordinal, batch, encoded size) in chunks. A checksum mismatch raises CorruptObject:
     never skipped. One store client and one event loop serve the whole partition."""
     pending = list(seqs)
     loop = asyncio.new_event_loop()
-    store = open_store(store_url, pool_size=FETCH_PARALLELISM)
+    store = open_store(store_url, pool_size=FETCH_PARALLELISM, credentials=keys)
     try:
         for start in range(0, len(pending), BATCHES_PER_CHUNK):
             chunk = pending[start : start + BATCHES_PER_CHUNK]
@@ -171,15 +197,15 @@ def _survey_rows(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
 
 
 def _header_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    _, seq, batch, count, size = row
+    _, seq, batch, count, size, (at_version, at_ms) = row
     term_seq = NUMBER_TOP - batch.term
     return (HEADER, seq, term_seq, batch.first_version, batch.last_version, count, size,
-            None, None, None, None)  # fmt: skip
+            None, None, None, None, at_version, at_ms)  # fmt: skip
 
 
 def _cut_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
     _, seq, begin, end, version, idx = row
-    return (CUT, seq, None, None, None, None, None, begin, end, version, idx)
+    return (CUT, seq, None, None, None, None, None, begin, end, version, idx, None, None)
 
 
 def _sample_rows(sampler: _Sampler) -> pa.RecordBatch:
@@ -201,7 +227,7 @@ class _PointColumns:
         self.version: list[int] = []
         self.idx: list[int] = []
 
-    def add(self, batch: batchfile.Batch) -> None:
+    def add(self, batch: batchfile.Batch, upto_version: int | None = None) -> None:
         """Append `batch`'s point operations, but of each key only its newest in the batch
         (the fold keeps no older one, and a hot key then brings one row per batch, not one
         per update). Never across batches: a batch's validity is the driver's to decide."""
@@ -210,6 +236,8 @@ class _PointColumns:
         start = row = len(self.key)
         newest: dict[bytes, int] = {}  # key -> row of its newest point operation
         for tx in batch.transactions:
+            if upto_version is not None and tx.version > upto_version:
+                break  # a restore cut inside this batch: versions increase within it
             for i, operation in enumerate(tx.operations):
                 if isinstance(operation, Write):
                     key(operation.key)
@@ -251,15 +279,22 @@ def _keep_rows(column: list[Any], start: int, kept: list[int]) -> None:
 ArrowMap = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def survey_map(store_url: str) -> ArrowMap:
+def survey_map(store_url: str, at_ms: int | None = None) -> ArrowMap:
+    keys = url_credentials(store_url)  # read by the driver, shipped with the function
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return survey(store_url, (s for b in batches for s in b.column("seq").to_pylist()))
+        return survey(
+            store_url, (s for b in batches for s in b.column("seq").to_pylist()), at_ms, keys
+        )
 
     return run
 
 
-def points_map(store_url: str, void: frozenset[int]) -> ArrowMap:
+def points_map(store_url: str, void: frozenset[int], upto_version: int | None = None) -> ArrowMap:
+    keys = url_credentials(store_url)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return points(store_url, (s for b in batches for s in b.column("seq").to_pylist()), void)
+        seqs = (s for b in batches for s in b.column("seq").to_pylist())
+        return points(store_url, seqs, void, upto_version, keys)
 
     return run

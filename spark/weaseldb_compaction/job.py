@@ -178,7 +178,7 @@ def _fold_and_publish(
     d: _Driver, previous: Manifest | None, seed: Seed, numbers: list[BatchNumber]
 ) -> Outcome:
     first, last = plan.seq_of(numbers[0]), plan.seq_of(numbers[-1])
-    survey = _Survey(transforms.survey(_ordinals(d, first, last), d.options.store_url).collect())
+    survey = Survey(transforms.survey(_ordinals(d, first, last), d.options.store_url).collect())
     headers = sorted(survey.headers, key=lambda h: -h.number)
     target = plan.choose_target(headers, seed, upto_batch=d.options.upto_batch)
     read_bytes = sum(h.size for h in headers)
@@ -197,32 +197,48 @@ def _fold_and_publish(
 
 
 def _ordinals(d: _Driver, first: int, last: int) -> DataFrame:
+    return ordinals(d.spark, first, last)
+
+
+def ordinals(spark: SparkSession, first: int, last: int) -> DataFrame:
+    """Batch ordinals first..last in slices for the parallel fetch."""
     count = last - first + 1
-    parallelism = d.spark.sparkContext.defaultParallelism
+    parallelism = spark.sparkContext.defaultParallelism
     tasks = min(count, max(2 * parallelism, math.ceil(count / BATCHES_PER_TASK)))
-    return transforms.batch_ordinals(d.spark, first, last, tasks)
+    return transforms.batch_ordinals(spark, first, last, tasks)
 
 
-class _Survey:
+class Survey:
     """The collected survey (fetch.survey): headers, range deletes, sampled point keys."""
 
     def __init__(self, rows: list[Any]) -> None:
         self.headers: list[plan.Header] = []
         self.cuts: list[tuple[int, bytes, bytes, int, int]] = []  # seq, begin, end, stamp
         self.samples: list[tuple[bytes, int]] = []  # key, operations it stands for
+        # seq -> (greatest version committed by the time asked for, when): a restore's
+        # --to-time (fetch.survey's at_ms)
+        self.times: dict[int, tuple[int | None, int | None]] = {}
         for row in rows:
             if row.kind == fetch.HEADER:
                 self.headers.append(_header(row))
+                self.times[row.seq] = (row.at_version, row.at_ms)
             elif row.kind == fetch.CUT:
                 self.cuts.append((row.seq, bytes(row.key), bytes(row.end), row.version, row.idx))
             else:
                 self.samples.append((bytes(row.key), row.operations))
 
-    def fragments(self, target: plan.Target) -> RangeFragments:
-        """The range deletes of the batches `target` folds, as disjoint fragments."""
+    def fragments(self, target: plan.Target, first_seq: int = 0) -> RangeFragments:
+        """The range deletes of the batches `target` folds (from `first_seq` on), as
+        disjoint fragments; none after `target.version` (a restore may cut inside a batch)."""
         void = set(target.void_seqs)
         return transforms.fragments_from(
-            [c[1:] for c in self.cuts if c[0] <= target.last_seq and c[0] not in void]
+            [
+                c[1:]
+                for c in self.cuts
+                if first_seq <= c[0] <= target.last_seq
+                and c[0] not in void
+                and c[3] <= target.version
+            ]
         )
 
 
@@ -238,36 +254,16 @@ def _header(row: Any) -> plan.Header:
 
 
 def _write_and_publish(
-    d: _Driver, points: DataFrame, survey: _Survey, previous: Manifest | None, target: plan.Target
+    d: _Driver, points: DataFrame, survey: Survey, previous: Manifest | None, target: plan.Target
 ) -> Outcome:
     run_id = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
     location = gc.run_location(target.version, run_id)
     started = gc.RunStarted(run_id, target.version, time.time())
     d.sync(d.store.put_if_absent(gc.run_started_key(target.version, run_id), _json(started)))
     d.beat(started)
-    samples = list(survey.samples)
-    if previous is not None and previous.files:
-        urls = [d.place.url(f.path) for f in previous.files]
-        old = d.spark.read.schema(SNAPSHOT_SCHEMA).parquet(*urls)
-        points = points.unionByName(transforms.snapshot_as_writes(old))
-        samples += [(base64.b64decode(f.min_key), f.rows) for f in previous.files]
-    fragments = survey.fragments(target)
-    if len(fragments):
-        d.progress(f"{len(fragments)} disjoint range-delete fragments")
-    shared = d.spark.sparkContext.broadcast(fragments) if len(fragments) else None
-    files = max(
-        1, math.ceil((target.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES)
-    )
-    # Every operation is folded in these partitions: at least one per core, even when the
-    # files would come out smaller than the target.
-    partitions = max(files, d.spark.sparkContext.defaultParallelism)
-    bounds = plan.partition_bounds(samples, partitions)
-    stats = d.spark.sparkContext.accumulator([], transforms.StatsParam())
-    partitioned = transforms.by_key_range(points, bounds, partitions)
-    rows = transforms.snapshot_rows(partitioned, shared, stats)
-    rows.write.mode("errorifexists").parquet(d.place.url(location))
-    d.sync(_make_durable(d.store, location))
-    written = _written_files(d, location, stats.value)
+    fold = Fold(points, survey.samples, survey.fragments(target), target.size)
+    written = write_snapshot(d.spark, fold, previous, d.place, d.place, location, d.progress)
+    d.sync(make_durable(d.store, location))
     result = manifest.decode(manifest.encode(_manifest(previous, target, location, written)))
     d.progress(f"wrote {len(written)} Parquet files: {result.keys} keys, {result.bytes} bytes")
     try:
@@ -288,12 +284,59 @@ def _write_and_publish(
     return Outcome(RunStatus.PUBLISHED, "published", result, target.count, target.operations)
 
 
-def _written_files(d: _Driver, location: str, stats: transforms.FileStats) -> list[SnapshotFile]:
+@dataclass(frozen=True)
+class Fold:
+    """What a run folds onto its previous snapshot: the point operations (a DataFrame),
+    the survey's sampled keys, the range deletes, and the encoded bytes of the batches."""
+
+    points: DataFrame
+    samples: list[tuple[bytes, int]]
+    fragments: RangeFragments
+    size: int
+
+
+def write_snapshot(
+    spark: SparkSession,
+    fold: Fold,
+    previous: Manifest | None,
+    read_place: ParquetPlace,
+    write_place: ParquetPlace,
+    location: str,
+    progress: Callable[[str], None],
+) -> list[SnapshotFile]:
+    """Fold `fold` onto `previous` (its files under `read_place`) and write the Parquet
+    files under `location` of `write_place` (compaction: the same store; a restore: the
+    destination). The files written, for the manifest."""
+    points = fold.points
+    samples = list(fold.samples)
+    if previous is not None and previous.files:
+        urls = [read_place.url(f.path) for f in previous.files]
+        old = spark.read.schema(SNAPSHOT_SCHEMA).parquet(*urls)
+        points = points.unionByName(transforms.snapshot_as_writes(old))
+        samples += [(base64.b64decode(f.min_key), f.rows) for f in previous.files]
+    if len(fold.fragments):
+        progress(f"{len(fold.fragments)} disjoint range-delete fragments")
+    shared = spark.sparkContext.broadcast(fold.fragments) if len(fold.fragments) else None
+    files = max(1, math.ceil((fold.size + (previous.bytes if previous else 0)) / TARGET_FILE_BYTES))
+    # Every operation is folded in these partitions: at least one per core, even when the
+    # files would come out smaller than the target.
+    partitions = max(files, spark.sparkContext.defaultParallelism)
+    bounds = plan.partition_bounds(samples, partitions)
+    stats = spark.sparkContext.accumulator([], transforms.StatsParam())
+    partitioned = transforms.by_key_range(points, bounds, partitions)
+    rows = transforms.snapshot_rows(partitioned, shared, stats)
+    rows.write.mode("errorifexists").parquet(write_place.url(location))
+    return _written_files(spark, write_place, location, stats.value)
+
+
+def _written_files(
+    spark: SparkSession, place: ParquetPlace, location: str, stats: transforms.FileStats
+) -> list[SnapshotFile]:
     """Path, size, rows and key range of every Parquet file the run wrote. Spark names a
     task's file `part-<partition id>-...`; the rows and key range come from that task. A
     file no task reported rows for is empty (Spark writes one when nothing is left): it is
     not listed."""
-    sizes = _file_sizes(d.spark, d.place.url(location))
+    sizes = _file_sizes(spark, place.url(location))
     by_partition = {f"part-{pid:05d}-": (rows, first, last) for pid, rows, first, last in stats}
     files = []
     for name, size in sorted(sizes.items()):
@@ -346,7 +389,7 @@ def _manifest(
     )
 
 
-async def _make_durable(store: BlobStore, location: str) -> None:
+async def make_durable(store: BlobStore, location: str) -> None:
     """On a directory store, fsync every Parquet file and directory of the run before the
     manifest is created: Hadoop's local file system never syncs, and once the manifest is
     durable GC durably deletes the batches it covers and the previous snapshot. An S3 PUT

@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from pyspark.sql import SparkSession
 
+from weaseldb.runtime.stores import url_credentials
+
 #: Where `bash hack/tools.sh s3a-jars` (make tools) puts the S3A jar set; the Spark image
 #: sets WEASELDB_S3A_JARS to its own copy.
 S3A_JARS_ENV = "WEASELDB_S3A_JARS"
@@ -51,12 +53,12 @@ def parquet_place(store_url: str) -> ParquetPlace:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         prefix = parts.path.strip("/")
         return ParquetPlace(
-            f"s3a://{parts.netloc}/{prefix + '/' if prefix else ''}", s3a_settings(query)
+            f"s3a://{parts.netloc}/{prefix + '/' if prefix else ''}", s3a_settings(query, store_url)
         )
     raise SparkSetupError(f"compaction needs a dir: or s3:// store, not {store_url!r}")
 
 
-def s3a_settings(query: dict[str, str]) -> dict[str, str]:
+def s3a_settings(query: dict[str, str], store_url: str) -> dict[str, str]:
     settings = {
         "fs.s3a.path.style.access": "true",
         "fs.s3a.endpoint.region": query.get("region", "us-east-1"),
@@ -67,21 +69,61 @@ def s3a_settings(query: dict[str, str]) -> dict[str, str]:
         settings["fs.s3a.endpoint"] = query["endpoint"]
         settings["fs.s3a.connection.ssl.enabled"] = str(query["endpoint"].startswith("https"))
     # Keys from this process's environment (a Secret via envFrom on Kubernetes), read per
-    # run: the JVM's own environment was fixed when the session started.
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+    # run: the JVM's own environment was fixed when the session started. `credentials=NAME`
+    # in the store URL names the variables (weaseldb.runtime.stores.named_credentials).
+    keys = _keys(store_url)
+    if keys is not None:
         settings["fs.s3a.aws.credentials.provider"] = (
             "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
         )
-        settings["fs.s3a.access.key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        settings["fs.s3a.secret.key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        settings["fs.s3a.access.key"], settings["fs.s3a.secret.key"] = keys
+    return settings
+
+
+def _keys(store_url: str) -> tuple[str, str] | None:
+    try:
+        return url_credentials(store_url)
+    except ValueError as e:
+        raise SparkSetupError(str(e)) from e
+
+
+def bucket_of(place: ParquetPlace) -> str | None:
+    """The S3 bucket of an s3a:// place (None for file://)."""
+    if not place.base.startswith("s3a://"):
+        return None
+    return urlsplit(place.base).netloc
+
+
+def per_bucket(places: list[ParquetPlace]) -> dict[str, str]:
+    """Hadoop settings for a job that touches several stores (restore: a source and a
+    destination, maybe on other endpoints with other keys): each S3 store's settings as
+    `fs.s3a.bucket.BUCKET.*` keys, which S3A prefers to the global ones for that bucket.
+    Two stores in one bucket must agree (a bucket has one set of settings)."""
+    settings: dict[str, str] = {}
+    for place in places:
+        bucket = bucket_of(place)
+        if bucket is None:
+            continue
+        for key, value in place.hadoop.items():
+            scoped = f"fs.s3a.bucket.{bucket}." + key.removeprefix("fs.s3a.")
+            if settings.get(scoped, value) != value:
+                raise SparkSetupError(
+                    f"two stores in bucket {bucket} with different settings ({key}): "
+                    "Spark reaches a bucket one way"
+                )
+            settings[scoped] = value
     return settings
 
 
 def use_store(spark: SparkSession, place: ParquetPlace) -> None:
     """Point this session's Hadoop configuration at the store (per run: tests share one
     session across stores)."""
+    use_settings(spark, place.hadoop)
+
+
+def use_settings(spark: SparkSession, settings: dict[str, str]) -> None:
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in place.hadoop.items():
+    for key, value in settings.items():
         hadoop.set(key, value)
         spark.conf.set(key, value)
 

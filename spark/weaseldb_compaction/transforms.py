@@ -36,15 +36,19 @@ def batch_ordinals(spark: SparkSession, first: int, last: int, partitions: int) 
     return spark.range(first, last + 1, 1, max(1, partitions)).withColumnRenamed("id", "seq")
 
 
-def survey(ordinals: DataFrame, store_url: str) -> DataFrame:
+def survey(ordinals: DataFrame, store_url: str, at_ms: int | None = None) -> DataFrame:
     """Executors fetch and decode their batches with the blob client (fetch.survey): a
     header per batch, the range deletes and sampled point keys; small enough to collect."""
-    return ordinals.mapInArrow(fetch.survey_map(store_url), fetch.SURVEY_DDL)
+    return ordinals.mapInArrow(fetch.survey_map(store_url, at_ms), fetch.SURVEY_DDL)
 
 
-def point_operations(ordinals: DataFrame, store_url: str, void_seqs: list[int]) -> DataFrame:
-    """The point operations of these batches, void ones left out (fetch.points)."""
-    return ordinals.mapInArrow(fetch.points_map(store_url, frozenset(void_seqs)), fetch.POINTS_DDL)
+def point_operations(
+    ordinals: DataFrame, store_url: str, void_seqs: list[int], upto_version: int | None = None
+) -> DataFrame:
+    """The point operations of these batches, void ones left out (fetch.points), and none
+    after `upto_version` (a restore)."""
+    points = fetch.points_map(store_url, frozenset(void_seqs), upto_version)
+    return ordinals.mapInArrow(points, fetch.POINTS_DDL)
 
 
 def snapshot_as_writes(snapshot: DataFrame) -> DataFrame:

@@ -135,3 +135,20 @@ def stamped(batches: Sequence[Batch], start_ms: int, step_ms: int) -> list[Batch
         )
         for i, b in enumerate(batches)
     ]
+
+
+def with_times(batches: Sequence[Batch], *, start_ms: int, step_ms: int = 10) -> list[Batch]:
+    """The same log with real, increasing commit times: each transaction `step_ms` after the
+    one written before it (in batch order, so a void batch's transactions are later than
+    the valid ones at the same versions, as a deposed leader's late writes are)."""
+    import msgspec
+
+    timed: list[Batch] = []
+    now = start_ms
+    for batch in batches:
+        txs = []
+        for tx in batch.transactions:
+            now += step_ms
+            txs.append(msgspec.structs.replace(tx, timestamp_ms=now))
+        timed.append(msgspec.structs.replace(batch, transactions=txs, created_at_ms=now))
+    return timed

@@ -51,3 +51,19 @@ def test_after_gc_the_marker_is_the_oldest_restorable_version() -> None:
     assert (held.oldest_version, held.oldest_time_ms, held.newest_version) == (3, 1234, 7)
     assert not held.holds(2)
     assert held.describe() == "versions 3..7"
+
+
+def test_a_backup_whose_log_starts_at_its_marker_holds_what_follows_it() -> None:
+    # A backup holds no batch at or before its marker's and may hold fewer than 1000: the
+    # recovery scan alone would call its log empty (no first batch, a complete listing).
+    store = MemoryStore()
+    batches = build_log([spec(0, 3), spec(0, 2), spec(0, 2)])
+    run(write_log(store, batches[1:]))
+    run(
+        logstart.write(
+            store, logstart.LogStart(batches[0].batch, Term(batches[0].term), Version(3))
+        )
+    )
+    held = run(holdings(store))
+    assert held is not None
+    assert (held.oldest_version, held.newest_version) == (3, 7)

@@ -8,6 +8,9 @@ version (its snapshot is the cut, never deleted while it is the cut), or 0 (the 
 while nothing was ever garbage collected. The newest is the last version of the durable
 valid log (weaseldb.core.recovery's single LIST).
 
+A backup (weaseldb.core.backup) holds batches only from its log-start marker on, possibly
+fewer than a database's newest 1000: the recovery scan is told where its log starts.
+
 Reads only: one LIST of markers, of snapshots and of term claims, one recovery scan, one
 GET of the newest batch.
 """
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from weaseldb.core import logstart, manifest, recovery
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import Version
+from weaseldb.core.validity import GENESIS
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,12 @@ async def holdings(store: BlobStore) -> Holdings | None:
     """What `store` can restore; None when it holds no log and no snapshot at all."""
     start = await logstart.newest(store)
     snapshots = await manifest.manifest_versions(store)
+    # A backup holds no batch before its marker (and may hold fewer than 1000): its log is
+    # durable from the first batch after the marker (a database's always reaches further).
     # No read-back while the newest batch is of the newest claimed term (the usual case).
-    found = await recovery.recover(store, prior_term=await recovery.newest_claim(store))
+    first = (GENESIS if start is None else start.seed).first_number
+    newest_claim = await recovery.newest_claim(store)
+    found = await recovery.recover(store, prior_term=newest_claim, first=first)
     if found.watermark is None and start is None and not snapshots:
         return None
     oldest = Version(0) if start is None else start.version

@@ -28,15 +28,18 @@ class ListingScan:
     next_number: BatchNumber  # the first gap: where the next batch goes
 
 
-def scan_listing(numbers: Sequence[int], *, complete: bool) -> ListingScan:
+def scan_listing(numbers: Sequence[int], *, complete: bool, first: int = NUMBER_TOP) -> ListingScan:
     """Find the durability watermark in one listing of batch numbers (ascending = newest first).
 
     `complete` says the listing returned fewer keys than asked, so it holds every batch.
     Garbage collection never deletes any of the newest 1000 batches, so in a complete
-    listing the oldest batch must be the very first one; if it is not, the first batch
-    was never written and the durable region is empty.
+    listing the oldest batch must be the very first one; if it is not, the first batch was
+    never written and the durable region is empty. A backup (weaseldb.core.backup) holds no
+    batch before its log-start marker and may hold fewer than 1000: its readers pass the
+    first batch after the marker as `first`, and a complete listing that reaches it (or
+    older) is durable.
     """
-    if not numbers or (complete and numbers[-1] != NUMBER_TOP):
+    if not numbers or (complete and numbers[-1] < first):
         return ListingScan(watermark=None, next_number=BatchNumber(NUMBER_TOP))
     watermark = numbers[-1]
     for number in reversed(numbers[:-1]):
@@ -64,12 +67,14 @@ async def newest_claim(store: BlobStore) -> Term | None:
     return Term(numbers[0]) if numbers else None
 
 
-async def recover(store: BlobStore, *, prior_term: Term | None) -> Recovered:
+async def recover(
+    store: BlobStore, *, prior_term: Term | None, first: int = NUMBER_TOP
+) -> Recovered:
     """One LIST of at most 1000 batch keys, then reads of the watermark batch (and, only when
     the watermark's term is not the newest claim, of up to FENCE_LENGTH batches before it
-    to apply the validity rule)."""
+    to apply the validity rule). `first`: see `scan_listing`."""
     numbers = await list_numbers(store, layout.BATCHES, limit=MAX_IN_FLIGHT_LIMIT)
-    scan = scan_listing(numbers, complete=len(numbers) < MAX_IN_FLIGHT_LIMIT)
+    scan = scan_listing(numbers, complete=len(numbers) < MAX_IN_FLIGHT_LIMIT, first=first)
     if scan.watermark is None:
         return Recovered(None, scan.next_number, Version(0), None)
     newest = await read_batch(store, scan.watermark)

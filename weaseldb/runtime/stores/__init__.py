@@ -57,3 +57,18 @@ def named_credentials(name: str | None) -> tuple[str, str] | None:
     if not key or not secret:
         raise ValueError(f"store: credentials={name} needs {key_var} and {secret_var} set")
     return key, secret
+
+
+def url_credentials(url: str) -> tuple[str, str] | None:
+    """The keys an ``s3://`` URL is reached with, read here and now: its
+    ``credentials=NAME`` variables, else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else
+    None (the client's own chain). For a process that hands the keys on to others whose
+    environment may differ (Spark's Python workers). ValueError like `named_credentials`."""
+    if not url.startswith("s3://"):
+        return None
+    query = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+    named = named_credentials(query.get("credentials"))
+    if named is not None:
+        return named
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    return (key, secret) if key and secret else None

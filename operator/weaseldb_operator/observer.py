@@ -219,6 +219,11 @@ class Observer:
         def changed(current: dict[str, Any]) -> dict[str, Any] | None:
             status = current.get("status") or {}
             wanted = {**status_for(db, status, decision, updates, version), **(extra or {})}
+            if not (current.get("spec") or {}).get("backup"):
+                # spec.backup was removed after this pass read the spec: the reconciler
+                # removed its condition and record, and this write must not bring them back.
+                wanted["conditions"] = conditions.without(wanted["conditions"], Type.BACKUP_HEALTHY)
+                wanted.pop("lastBackup", None)
             return None if all(status.get(k) == v for k, v in wanted.items()) else wanted
 
         path = path_for(API_VERSION, KIND, db.namespace, db.name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,7 @@ def test_a_clone_at_a_past_version_serves_that_state_and_scheduled_backups_run(
     recovery = clone["spec"]["bootstrap"]["recovery"]
     recovery["source"] = dict(source["spec"]["storage"])
     recovery |= {"targetVersion": target, "image": spark_image, "resources": RESTORE_RESOURCES}
+    started = time.monotonic()
     cluster.apply(clone_docs, namespace)
 
     def restored() -> bool:
@@ -133,6 +135,7 @@ def test_a_clone_at_a_past_version_serves_that_state_and_scheduled_backups_run(
         return status.get("phase") == "Restored"
 
     cluster.wait_for(restored, 600, "the clone restored", namespace)
+    print(f"clone restored at version {target} in {time.monotonic() - started:.0f} s")
     assert bootstrap_phase(cluster, namespace, "clone")["version"] == target
     job = cluster.get("job", "clone-restore", namespace)
     assert job["metadata"]["ownerReferences"][0]["name"] == "clone"
@@ -167,6 +170,7 @@ def test_a_clone_at_a_past_version_serves_that_state_and_scheduled_backups_run(
         return healthy.get("status") == "True"
 
     cluster.wait_for(backed_up, 300, "BackupHealthy True after a scheduled backup", namespace)
+    print(f"BackupHealthy True {time.monotonic() - started:.0f} s after the clone was applied")
     last = cluster.get("weaseldb", "source", namespace)["status"]["lastBackup"]
     assert last["succeeded"] is True and last["job"].startswith("source-backup-")
     assert any(k.startswith("batches/") for k in cluster.minio_keys(f"e2e/{namespace}-backup"))

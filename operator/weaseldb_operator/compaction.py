@@ -153,6 +153,8 @@ def spark_application_for(db: Database, compaction: Compaction, slot: str) -> di
     arguments = ["--store", db.storage.url]
     if compaction.gc:
         arguments.append("--gc")
+        if db.backup is not None:  # GC keeps the restorable window (spec.backup.keepHistory)
+            arguments += db.backup.keep_history.arguments()
     pod_labels = {DATABASE_LABEL: db.name, "app.kubernetes.io/component": COMPONENT}
     return {
         "apiVersion": SPARK_API_VERSION,

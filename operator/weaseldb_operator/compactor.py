@@ -36,7 +36,7 @@ def _regarding(body: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": body["metadata"]}
 
 
-def _changed(status: dict[str, Any], wanted: dict[str, Any | None]) -> dict[str, Any]:
+def changed_fields(status: dict[str, Any], wanted: dict[str, Any | None]) -> dict[str, Any]:
     """The fields of `wanted` that differ from `status`. None inside an object removes the
     field (merge patch), so it is not compared: an unchanged status is not written again."""
     out: dict[str, Any] = {}
@@ -103,7 +103,7 @@ class CompactionLoop:
         )
         await self._act(db, _regarding(body), plan)
         wanted = {"lastCompaction": plan.last, "compaction": plan.record.status()}
-        return [plan.condition], _changed(status, wanted)
+        return [plan.condition], changed_fields(status, wanted)
 
     async def _act(self, db: Database, regarding: dict[str, Any], plan: supervision.Plan) -> None:
         """Delete the runs past their deadline, record what was counted, start the next."""

@@ -19,6 +19,8 @@ class Type(StrEnum):
     COMPACTION_HEALTHY = "CompactionHealthy"
     PAUSED = "Paused"
     SPEC_VALID = "SpecValid"
+    BACKUP_HEALTHY = "BackupHealthy"
+    BOOTSTRAPPED = "Bootstrapped"
 
 
 class Reason(StrEnum):
@@ -47,11 +49,19 @@ class Reason(StrEnum):
     STORAGE_CONFLICT = "StorageConflict"
     COMPACTION_DEADLINE_EXCEEDED = "DeadlineExceeded"
     COMPACTION_SUSPENDED = "Suspended"
+    NO_BACKUP_YET = "NoBackupYet"
+    BACKUP_SUCCEEDED = "BackupSucceeded"
+    BACKUP_FAILED = "BackupFailed"
+    BACKUP_OVERDUE = "BackupOverdue"
+    RESTORING = "Restoring"
+    RESTORED = "Restored"
+    RESTORE_FAILED = "RestoreFailed"
 
 
 RECONCILER = "reconciler (on create, update, resume)"
 OBSERVER = "leadership observer (every second)"
 COMPACTOR = "compaction loop (with the observer)"
+BACKUPS = "backup loop (with the observer)"
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,79 @@ ROWS: tuple[Row, ...] = (
         RECONCILER,
         "Refused: see SpecValid.",
     ),
+    Row(
+        Type.BACKUP_HEALTHY,
+        "Unknown",
+        Reason.NO_BACKUP_YET,
+        BACKUPS,
+        "spec.backup is set; no backup Job has finished yet.",
+    ),
+    Row(
+        Type.BACKUP_HEALTHY,
+        "True",
+        Reason.BACKUP_SUCCEEDED,
+        BACKUPS,
+        "The newest backup Job succeeded; status.lastBackup has when.",
+    ),
+    Row(
+        Type.BACKUP_HEALTHY,
+        "False",
+        Reason.BACKUP_FAILED,
+        BACKUPS,
+        "The newest backup Job failed; the message has the Job controller's reason.",
+    ),
+    Row(
+        Type.BACKUP_HEALTHY,
+        "False",
+        Reason.BACKUP_OVERDUE,
+        BACKUPS,
+        "No backup succeeded in two intervals of spec.backup.schedule (since the last "
+        "success, or since spec.backup was set).",
+    ),
+    Row(
+        Type.BACKUP_HEALTHY,
+        "Unknown",
+        Reason.COMPACTION_SUSPENDED,
+        BACKUPS,
+        "spec.backup.suspend is true: no scheduled backup starts.",
+    ),
+    Row(
+        Type.BOOTSTRAPPED,
+        "False",
+        Reason.RESTORING,
+        RECONCILER,
+        "spec.bootstrap.recovery: the Job NAME-restore is restoring the source into the "
+        "database's prefix; no pod is created before it succeeds.",
+    ),
+    Row(
+        Type.BOOTSTRAPPED,
+        "True",
+        Reason.RESTORED,
+        RECONCILER,
+        "The restore succeeded (status.bootstrap.version); the database serves from there.",
+    ),
+    Row(
+        Type.BOOTSTRAPPED,
+        "False",
+        Reason.RESTORE_FAILED,
+        RECONCILER,
+        "The restore Job failed (the message says why; kubectl logs job/NAME-restore); no "
+        "pod is created. Delete the Job to try again.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.RESTORING,
+        RECONCILER,
+        "Bootstrapping from spec.bootstrap.recovery: see Bootstrapped.",
+    ),
+    Row(
+        Type.READY,
+        "False",
+        Reason.RESTORE_FAILED,
+        RECONCILER,
+        "The bootstrap restore failed: see Bootstrapped.",
+    ),
 )
 
 
@@ -326,6 +409,11 @@ def merged(
     return sorted(
         by_type.values(), key=lambda c: order.index(c["type"]) if c["type"] in order else len(order)
     )
+
+
+def without(current: list[dict[str, Any]], kind: Type) -> list[dict[str, Any]]:
+    """`current` without the condition `kind` (a feature switched off takes its own)."""
+    return [c for c in current if c.get("type") != kind]
 
 
 def paused_condition(paused: bool) -> Condition:

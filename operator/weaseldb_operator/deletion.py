@@ -3,7 +3,8 @@
 it returns; each step is safe to repeat:
 
 1. Scale the StatefulSet and the readers' Deployment to zero and delete the database's
-   SparkApplications. Nothing scales them back up: the observer skips a WeaselDB with a
+   SparkApplications, its backup CronJob and its Jobs (backup, restore). Nothing scales
+   them back up: the observer skips a WeaselDB with a
    deletion timestamp, and kopf calls no create/update/resume handler for one.
 2. Wait (`PodsLeft`, the handler retries) until no pod of the database exists: ring pods,
    readers and compaction driver/executors (finished ones aside). Nothing is deleted
@@ -26,6 +27,7 @@ from weaseldb.core.clock import now_ms
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP
 from weaseldb_operator import compaction
+from weaseldb_operator.backup import cronjob_name
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.readers import deployment_name, reader_selector
 from weaseldb_operator.resources import selector_labels
@@ -64,6 +66,7 @@ class Deletion:
         """Step 1 and 2: raise `PodsLeft` while any pod of the database exists."""
         await self._scale_down()
         await self._delete_spark_applications()
+        await self._delete_jobs()
         pods = await self._pods()
         if pods:
             shown = ", ".join(sorted(pods)[:5])
@@ -138,6 +141,15 @@ class Deletion:
             raise
         for app in apps:
             await self._kube.delete(f"{path}/{app['metadata']['name']}")
+
+    async def _delete_jobs(self) -> None:
+        """The backup CronJob (no new copy starts) and every Job of the database: a restore
+        writes into the prefix, and a backup's pod would hold the purge back."""
+        db = self._db
+        await self._kube.delete(path_for("batch/v1", "CronJob", db.namespace, cronjob_name(db)))
+        path = path_for("batch/v1", "Job", db.namespace)
+        for job in await self._kube.list(path, {compaction.DATABASE_LABEL: db.name}):
+            await self._kube.delete(f"{path}/{job['metadata']['name']}", propagation="Background")
 
     async def _pods(self) -> list[str]:
         """Pods of the database (ring, readers, compaction) that may still run a

@@ -67,18 +67,10 @@ def applied_database(body: dict[str, Any], statefulset: dict[str, Any] | None) -
         return None
 
 
-def _segments(prefix: str) -> list[str]:
-    return [s for s in prefix.split("/") if s]
-
-
 def overlaps(a: Storage, b: Storage) -> bool:
-    """Same endpoint and bucket, and one prefix equal to the other or nested in it by
-    whole path segments: "db" and "db/x" overlap, "db" and "db2" do not."""
-    if (a.endpoint.rstrip("/").lower(), a.bucket) != (b.endpoint.rstrip("/").lower(), b.bucket):
-        return False
-    first, second = _segments(a.prefix), _segments(b.prefix)
-    shorter = min(len(first), len(second))
-    return first[:shorter] == second[:shorter]
+    """`Storage.overlaps` (spec.py: a backup destination or a recovery source is checked
+    against the database's own storage there)."""
+    return a.overlaps(b)
 
 
 def seniority(body: dict[str, Any]) -> tuple[str, str, str]:

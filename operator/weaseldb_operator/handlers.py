@@ -20,7 +20,8 @@ import kopf
 
 from weaseldb.core.errors import StoreError
 from weaseldb.core.timestamps import now_iso
-from weaseldb_operator import conditions
+from weaseldb_operator import bootstrap, conditions
+from weaseldb_operator.backup import cronjob_for, cronjob_name
 from weaseldb_operator.conditions import Condition, Reason, Type, paused_condition
 from weaseldb_operator.deletion import POLL_PODS_S, Deletion, PodsLeft
 from weaseldb_operator.door import Operator, secured
@@ -43,7 +44,7 @@ from weaseldb_operator.spec import (
     SpecError,
     database_from,
 )
-from weaseldb_operator.storage import Stores
+from weaseldb_operator.storage import Stores, unserved_restore
 
 VERSION = API_VERSION.split("/")[1]
 #: The only finalizer the operator sets, and only with `deletionPolicy: Delete`.
@@ -85,11 +86,18 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 
 
 async def _set_conditions(
-    kube: Kube, body: kopf.Body, updates: list[Condition], extra: dict[str, Any]
+    kube: Kube,
+    body: kopf.Body,
+    updates: list[Condition],
+    extra: dict[str, Any],
+    drop: tuple[Type, ...] = (),
 ) -> None:
     def status(current: dict[str, Any]) -> dict[str, Any]:
+        kept = list((current.get("status") or {}).get("conditions") or [])
+        for kind in drop:
+            kept = conditions.without(kept, kind)
         merged = conditions.merged(
-            list((current.get("status") or {}).get("conditions") or []),
+            kept,
             updates,
             now=now_iso(fraction=0),
             generation=int(current["metadata"].get("generation", 0)),
@@ -146,8 +154,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
         logger.info("spec.paused: generation %d not applied", db.generation)
         return
     await _refuse_shared_storage(kube, body, memo.get("namespace"))
+    await _bootstrap(kube, body, db)
     leader_pod = ((body.get("status") or {}).get("leader") or {}).get("pod")
     children = with_applied_spec(children_for(db, leader_pod) + reader_children(db), dict(body))
+    cronjob = cronjob_for(db)
     try:
         for child in secured(db, memo.operator, children):
             await kube.apply(child)
@@ -155,6 +165,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
             await kube.delete(path_for("policy/v1", "PodDisruptionBudget", db.namespace, db.name))
         for api_version, kind, name in reader_leftovers(db):
             await kube.delete(path_for(api_version, kind, db.namespace, name))
+        if cronjob is not None:
+            await kube.apply(cronjob)
+        else:
+            await kube.delete(path_for("batch/v1", "CronJob", db.namespace, cronjob_name(db)))
     except KubeError as e:
         if e.status == 422:
             await _refused(kube, body, e)
@@ -170,10 +184,59 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
                 f"applied generation {db.generation}; waiting for a leader",
             )
         )
-    await _set_conditions(
-        kube, body, updates, {"observedGeneration": db.generation, "replicas": db.replicas}
-    )
+    extra: dict[str, Any] = {"observedGeneration": db.generation, "replicas": db.replicas}
+    # Without spec.backup, its condition and record go with the CronJob.
+    drop = () if db.backup is not None else (Type.BACKUP_HEALTHY,)
+    if db.backup is None:
+        extra["lastBackup"] = None
+    await _set_conditions(kube, body, updates, extra, drop)
     logger.info("applied the objects of generation %d", db.generation)
+
+
+#: How often a restoring database is looked at again; and a failed one (its Job deleted
+#: by hand starts the restore again).
+RESTORE_POLL_S = 5
+RESTORE_FAILED_POLL_S = 30
+
+
+async def _bootstrap(kube: Kube, body: kopf.Body, db: Database) -> None:
+    """spec.bootstrap.recovery: return once the restore is done (or there is none); until
+    then create or follow the restore Job (bootstrap.decide), write status.bootstrap and
+    raise, so kopf calls the reconciler again - also after an operator restart (resume)."""
+    current = (body.get("status") or {}).get("bootstrap")
+    if db.recovery is None or (current or {}).get("phase") == bootstrap.Phase.RESTORED:
+        return
+    try:
+        job = await kube.get(path_for("batch/v1", "Job", db.namespace, bootstrap.job_name(db)))
+        sts = await kube.get(path_for("apps/v1", "StatefulSet", db.namespace, db.name))
+        version = await _unserved_restore(db) if sts is None else None
+        step = bootstrap.decide(db, current, job, workload_exists=sts is not None,
+                                restored_version=version)  # fmt: skip
+        if step.create_job:
+            await kube.create(bootstrap.restore_job_for(db))
+    except KubeError as e:
+        if e.status == 422:
+            await _refused(kube, body, e)
+        raise kopf.TemporaryError(f"bootstrap: {e}", delay=10) from e
+    written = {k: v for k, v in (step.status or {}).items() if v is not None}  # as stored
+    if step.status is not None and written != current:
+        await _set_conditions(kube, body, list(step.conditions), {"bootstrap": step.status})
+    if step.proceed:
+        return
+    failed = step.status is not None and step.status["phase"] == bootstrap.Phase.FAILED
+    message = step.status["message"] if step.status else "bootstrapping"
+    raise kopf.TemporaryError(message, delay=RESTORE_FAILED_POLL_S if failed else RESTORE_POLL_S)
+
+
+async def _unserved_restore(db: Database) -> int | None:
+    """The version a finished restore left in the prefix (storage.unserved_restore)."""
+    stores = Stores()
+    try:
+        return await unserved_restore(stores.get(db.storage))
+    except (StoreError, OSError, ValueError) as e:
+        raise kopf.TemporaryError(f"reading {db.storage.location}: {e}", delay=10) from e
+    finally:
+        await stores.close()
 
 
 SPEC_APPLIED = Condition(Type.SPEC_VALID, "True", Reason.AS_EXPECTED, "the newest spec was applied")

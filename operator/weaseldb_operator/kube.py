@@ -39,6 +39,8 @@ _PLURALS = {
     "NetworkPolicy": "networkpolicies",
     "WeaselDB": "weaseldbs",
     "SparkApplication": "sparkapplications",
+    "Job": "jobs",
+    "CronJob": "cronjobs",
     "Event": "events",
 }
 
@@ -199,10 +201,12 @@ class Kube:
                     raise
         raise KubeError(409, f"{path}: status changed under every one of {STATUS_ATTEMPTS} writes")
 
-    async def delete(self, path: str) -> bool:
-        """True when something was deleted, False when it did not exist."""
+    async def delete(self, path: str, *, propagation: str | None = None) -> bool:
+        """True when something was deleted, False when it did not exist. `propagation`:
+        the deleteOptions' propagationPolicy (a Job's own default orphans its pods)."""
+        body = {"propagationPolicy": propagation} if propagation else None
         try:
-            await self.request("DELETE", path)
+            await self.request("DELETE", path, body=body)
         except KubeError as e:
             if e.status == 404:
                 return False

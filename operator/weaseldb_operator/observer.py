@@ -26,6 +26,8 @@ from weaseldb.core.timestamps import iso_ms, now_iso
 from weaseldb.core.types import Stage, Term
 from weaseldb_operator import conditions
 from weaseldb_operator.actions import Actions
+from weaseldb_operator.backups import BackupLoop
+from weaseldb_operator.bootstrap import Phase
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.edits import refused_by
@@ -82,6 +84,7 @@ class Observer:
         self._leases: dict[str, LeaseWatch] = {}  # db uid -> its leader's lease, as seen
         self._holding: dict[str, bool] = {}  # db uid -> failover-hold written as
         self._compaction = CompactionLoop(kube, self._stores)
+        self._backups = BackupLoop(kube)
         self._reader_policies = ReaderPolicySweep(kube, self._http)
 
     async def run(self) -> None:
@@ -121,10 +124,13 @@ class Observer:
 
     async def observe(self, body: dict[str, Any]) -> None:
         db = await self._specs.database_for(body)
-        if db is None:
+        if db is None or bootstrapping(db, body):
             return
         await self._specs.prune_configs(db)
         compaction_conditions, compaction_status = await self._compaction.observe(db, body)
+        backup_conditions, backup_status = await self._backups.observe(db, body)
+        compaction_conditions += backup_conditions
+        compaction_status |= backup_status
         try:
             claim = await newest_claim(self._stores.get(db.storage))
         except (StoreError, OSError, UnreadableClaim) as e:
@@ -213,10 +219,23 @@ class Observer:
         def changed(current: dict[str, Any]) -> dict[str, Any] | None:
             status = current.get("status") or {}
             wanted = {**status_for(db, status, decision, updates, version), **(extra or {})}
+            if not (current.get("spec") or {}).get("backup"):
+                # spec.backup was removed after this pass read the spec: the reconciler
+                # removed its condition and record, and this write must not bring them back.
+                wanted["conditions"] = conditions.without(wanted["conditions"], Type.BACKUP_HEALTHY)
+                wanted.pop("lastBackup", None)
             return None if all(status.get(k) == v for k, v in wanted.items()) else wanted
 
         path = path_for(API_VERSION, KIND, db.namespace, db.name)
         await self._kube.patch_status(path, changed, body)
+
+
+def bootstrapping(db: Database, body: dict[str, Any]) -> bool:
+    """A database restoring its prefix (spec.bootstrap.recovery) is the reconciler's alone:
+    no claim to read or pod to lead yet, and nothing (compaction, the failover hold) may
+    write into the prefix the restore is writing."""
+    phase = ((body.get("status") or {}).get("bootstrap") or {}).get("phase")
+    return db.recovery is not None and phase != Phase.RESTORED
 
 
 def _leader_gateway(decision: Decision, pods: list[dict[str, Any]]) -> str | None:

@@ -8,6 +8,7 @@ by the core's own validation, so a spec the services would refuse is refused up 
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +16,7 @@ from urllib.parse import urlencode
 from croniter import croniter
 
 from weaseldb.core.config import Config, ConfigError, build
+from weaseldb.core.durations import parse_duration
 from weaseldb.core.sizing import STAGES_WITH_IDS, memory_limit_mib
 from weaseldb.core.types import Stage
 
@@ -79,10 +81,35 @@ class Storage:
     @property
     def url(self) -> str:
         """The store URL the services and the operator open (see weaseldb.core.store)."""
-        query = {"endpoint": self.endpoint, "region": self.region}
+        return self.url_with()
+
+    def url_with(self, credentials: str = "") -> str:
+        """The store URL; with `credentials=NAME` when given, so a process that opens two
+        stores (backup, restore) reads each one's keys from NAME_ACCESS_KEY_ID and
+        NAME_SECRET_ACCESS_KEY (weaseldb.runtime.stores.named_credentials)."""
+        query = {"endpoint": self.endpoint, "region": self.region, "credentials": credentials}
         return (
             f"s3://{self.bucket}/{self.prefix}?{urlencode({k: v for k, v in query.items() if v})}"
         )
+
+    @property
+    def location(self) -> str:
+        """Where the data is, without endpoint or keys (for messages)."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def overlaps(self, other: Storage) -> bool:
+        """Same endpoint and bucket, and one prefix equal to the other or nested in it by
+        whole path segments: "db" and "db/x" overlap, "db" and "db2" do not."""
+        mine = (self.endpoint.rstrip("/").lower(), self.bucket)
+        if mine != (other.endpoint.rstrip("/").lower(), other.bucket):
+            return False
+        first, second = _segments(self.prefix), _segments(other.prefix)
+        shorter = min(len(first), len(second))
+        return first[:shorter] == second[:shorter]
+
+
+def _segments(prefix: str) -> list[str]:
+    return [s for s in prefix.split("/") if s]
 
 
 @dataclass(frozen=True)
@@ -112,6 +139,54 @@ class Compaction:
     backoff_seconds: int = 60
     max_backoff_seconds: int = 3600
     suspend: bool = False
+
+
+@dataclass(frozen=True)
+class KeepHistory:
+    """`spec.backup.keepHistory`: how far back the database's own log stays restorable
+    (GC keeps batches inside it); passed to the compaction job (`--keep-history-*`)."""
+
+    seconds: int | None = None
+    versions: int | None = None
+
+    def arguments(self) -> list[str]:
+        out = []
+        if self.seconds is not None:
+            out += ["--keep-history-seconds", str(self.seconds)]
+        if self.versions is not None:
+            out += ["--keep-history-versions", str(self.versions)]
+        return out
+
+
+@dataclass(frozen=True)
+class Backup:
+    """`spec.backup` (docs/operator.md "Backup and recovery"): `weaseldb backup` into
+    `destination` on `schedule`, as a CronJob."""
+
+    destination: Storage
+    schedule: str
+    keep_history: KeepHistory = KeepHistory()
+    suspend: bool = False
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """`spec.bootstrap.recovery`: the database starts as `weaseldb restore` of `source` at
+    `target_version` or `target_time` (neither: the newest restorable version, a clone)."""
+
+    source: Storage
+    image: str
+    target_version: int | None = None
+    target_time: str | None = None
+    driver_memory: str = "1g"
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    def target_arguments(self) -> list[str]:
+        if self.target_version is not None:
+            return ["--to-version", str(self.target_version)]
+        if self.target_time is not None:
+            return ["--to-time", self.target_time]
+        return []
 
 
 #: Pod label keys the operator owns: its selector (and managed-by) labels, and every key
@@ -182,6 +257,8 @@ class Database:
     paused: bool = False
     placement: Placement = Placement()
     readers: Readers = Readers()
+    backup: Backup | None = None
+    recovery: Recovery | None = None
 
     @property
     def delete_data(self) -> bool:
@@ -246,10 +323,15 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
 
 
 def _storage(spec: dict[str, Any]) -> Storage:
-    raw = spec.get("storage") or {}
+    return _store(spec.get("storage") or {}, "spec.storage")
+
+
+def _store(raw: dict[str, Any], where: str) -> Storage:
+    """A store's fields (bucket, prefix, endpoint, region, credentialsSecret): the shape
+    of spec.storage, spec.backup.destination and spec.bootstrap.recovery.source."""
     missing = [k for k in ("bucket", "prefix") if not raw.get(k)]
     if missing:
-        raise SpecError(f"spec.storage.{missing[0]} is required")
+        raise SpecError(f"{where}.{missing[0]} is required")
     return Storage(
         bucket=raw["bucket"],
         prefix=str(raw["prefix"]).strip("/"),
@@ -296,6 +378,75 @@ def compaction_from(raw: dict[str, Any] | None) -> Compaction | None:
         backoff_seconds=int(raw.get("backoffSeconds", 60)),
         max_backoff_seconds=int(raw.get("maxBackoffSeconds", 3600)),
         suspend=bool(raw.get("suspend", False)),
+    )
+
+
+def _elsewhere(store: Storage, own: Storage, where: str) -> Storage:
+    """`store`, refused when it overlaps the database's own storage (a backup inside the
+    database's prefix would be copied into itself, and purged with it)."""
+    if store.overlaps(own):
+        raise SpecError(
+            f"{where}: {store.location} overlaps this database's own storage "
+            f"{own.location}; give it a bucket or prefix of its own"
+        )
+    return store
+
+
+def backup_from(raw: dict[str, Any] | None, own: Storage) -> Backup | None:
+    """`spec.backup`, or None when absent. The CRD checks shapes and the duration's
+    pattern; this parses the cron expression and the duration."""
+    if not raw:
+        return None
+    schedule = str(raw.get("schedule") or "")
+    if not croniter.is_valid(schedule):
+        raise SpecError(f"spec.backup.schedule: {schedule!r} is not a valid cron expression")
+    keep = raw.get("keepHistory") or {}
+    try:
+        seconds = parse_duration(str(keep["duration"])) if "duration" in keep else None
+    except ValueError as e:
+        raise SpecError(f"spec.backup.keepHistory.duration: {e}") from e
+    versions = keep.get("versions")
+    return Backup(
+        destination=_elsewhere(
+            _store(raw.get("destination") or {}, "spec.backup.destination"),
+            own,
+            "spec.backup.destination",
+        ),
+        schedule=schedule,
+        keep_history=KeepHistory(seconds, None if versions is None else int(versions)),
+        suspend=bool(raw.get("suspend", False)),
+    )
+
+
+def recovery_from(spec: dict[str, Any], own: Storage) -> Recovery | None:
+    """`spec.bootstrap.recovery`, or None. At most one target; a time must be RFC 3339
+    with a zone (the CRD says so too)."""
+    raw = (spec.get("bootstrap") or {}).get("recovery")
+    if not raw:
+        return None
+    where = "spec.bootstrap.recovery"
+    version, moment = raw.get("targetVersion"), raw.get("targetTime")
+    if version is not None and moment is not None:
+        raise SpecError(f"{where}: give targetVersion or targetTime, not both")
+    if moment is not None:
+        try:
+            parsed = datetime.datetime.fromisoformat(str(moment).replace("Z", "+00:00"))
+        except ValueError as e:
+            raise SpecError(f"{where}.targetTime: {moment!r} is not an RFC 3339 time") from e
+        if parsed.tzinfo is None:
+            raise SpecError(f"{where}.targetTime: {moment!r} has no zone (add Z or +HH:MM)")
+    source = _elsewhere(_store(raw.get("source") or {}, f"{where}.source"), own, f"{where}.source")
+    image = raw.get("image") or (spec.get("compaction") or {}).get("image")
+    if not image:
+        raise SpecError(f"{where}.image is required (the Spark image) unless "
+                        "spec.compaction.image is set")  # fmt: skip
+    return Recovery(
+        source=source,
+        image=str(image),
+        target_version=None if version is None else int(version),
+        target_time=None if moment is None else str(moment),
+        driver_memory=str(raw.get("driverMemory", "1g")),
+        resources=dict(raw.get("resources") or {}),
     )
 
 
@@ -396,6 +547,8 @@ def database_from(body: dict[str, Any]) -> Database:
         compaction=compaction_from(spec.get("compaction")),
         placement=placement,
         readers=readers_from(spec, placement),
+        backup=backup_from(spec.get("backup"), storage),
+        recovery=recovery_from(spec, storage),
     )
 
 

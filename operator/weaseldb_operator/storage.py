@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from weaseldb.core import claims, layout, manifest, recovery
+from weaseldb.core import claims, layout, logstart, manifest, recovery
 from weaseldb.core.errors import NotFound
 from weaseldb.core.store import BlobStore
 from weaseldb.runtime.stores import open_store
@@ -134,3 +134,14 @@ async def snapshot_lag(store: BlobStore, enough: int) -> tuple[int | None, int]:
             break
         after = keys[-1]
     return (newest.version if newest else None), min(count, enough)
+
+
+async def unserved_restore(store: BlobStore) -> int | None:
+    """The version of a finished restore in the prefix that no leader claimed a term after
+    (its log-start marker is the restore's last write, and its term the newest claim), or
+    None: no restore finished there, or a database already served from it."""
+    start = await logstart.newest(store)
+    if start is None:
+        return None
+    newest = await recovery.newest_claim(store)
+    return int(start.version) if newest is not None and int(newest) == int(start.term) else None

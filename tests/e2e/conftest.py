@@ -83,6 +83,16 @@ def images(kind_cluster: KindCluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def spark_image(kind_cluster: KindCluster) -> str:
+    """The Spark image (Dockerfile target `spark`: compaction, and restore in a Job), built
+    and loaded into the node."""
+    try:
+        return kind_cluster.images("spark")["spark"]
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def cluster_minio(kind_cluster: KindCluster, images: dict[str, str]) -> KindCluster:
     """MinIO in namespace `minio` with the bucket `weaseldb`
     (tests/e2e/manifests/minio.yaml); the host reads it through NodePort 30900."""

@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e import KIND_TIER
 from tests.e2e.databases import answers, example_database, expose_gateway, wait_serving
@@ -25,15 +24,6 @@ pytestmark = KIND_TIER
 NAME = "compacted"
 THRESHOLD = 50  # batches after the last snapshot that make a run due
 SMALL_SPARK = {"cores": 1, "coreRequest": "100m", "memory": "512m"}
-
-
-@pytest.fixture(scope="session")
-def spark_image(kind_cluster: KindCluster) -> str:
-    """The compaction image (Dockerfile target `spark`), built and loaded into the node."""
-    try:
-        return kind_cluster.images("spark")["spark"]
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
 
 
 def spark_service_account(namespace: str) -> list[dict[str, Any]]:

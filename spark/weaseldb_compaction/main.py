@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gc", action="store_true")
     parser.add_argument("--upto-batch", type=int)
     parser.add_argument("--gc-grace-seconds", type=float, default=3600.0)
-    # GC's keep-history window (the operator passes spec.gc.keepHistory here, in seconds).
+    # GC's keep-history window (the operator passes spec.backup.keepHistory here, in seconds).
     parser.add_argument("--keep-history-seconds", type=count_argument, default=0)
     parser.add_argument("--keep-history-versions", type=count_argument, default=0)
     args = parser.parse_args(argv)

@@ -162,7 +162,7 @@ def test_a_backup_that_fell_behind_the_sources_gc_says_what_is_lost(tmp_path: Pa
     assert behind.code == 2
     assert "fell behind the source's retention" in behind.stderr
     assert "versions 101..1300 are lost to it" in behind.stderr
-    assert "gc.keepHistory" in behind.stderr and "Traceback" not in behind.stderr
+    assert "--keep-history" in behind.stderr and "Traceback" not in behind.stderr
     assert contents(dest) == before  # nothing written: the snapshot is not copied either
     assert verify(dest).line == {
         "ok": True, "oldest_version": 0, "newest_version": 100, "problems": [],

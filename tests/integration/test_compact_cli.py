@@ -89,7 +89,7 @@ def test_a_window_without_gc_is_refused(tmp_path: Path) -> None:
 )
 def test_the_spark_entry_point_refuses_a_bad_window(flag: str, value: str) -> None:
     """spark/weaseldb_compaction/main.py (the operator's SparkApplication passes
-    spec.gc.keepHistory there): exit 2 naming the flag, before Spark starts."""
+    spec.backup.keepHistory there): exit 2 naming the flag, before Spark starts."""
     result = subprocess.run(
         [sys.executable, "-m", "weaseldb_compaction.main", "--store", "dir:/tmp", flag, value],
         capture_output=True, text=True, timeout=120,

@@ -68,7 +68,7 @@ def test_a_missing_needed_batch_is_the_sources_gc_only_past_its_log_start() -> N
 def test_falling_behind_names_the_lost_versions_and_what_to_do() -> None:
     error = backup.fell_behind(BatchNumber(TOP - 40), held(0, 39), marker(TOP - 70, 70))
     text = str(error)
-    assert "versions 40..70 are lost" in text and "gc.keepHistory" in text
+    assert "versions 40..70 are lost" in text and "spec.backup.keepHistory" in text
     assert "start a new backup" in text
 
 

@@ -100,8 +100,8 @@ def fell_behind(number: BatchNumber, held: Holdings | None, source_marker: LogSt
         f"from the source before it was copied (the source's log now starts after version "
         f"{source_marker.version}); the backup holds versions {oldest}..{newest}, so versions "
         f"{newest + 1}..{source_marker.version} are lost to it. Keep history at the source "
-        "longer than the interval between backups (gc.keepHistory), or start a new backup "
-        "into an empty destination"
+        "longer than the interval between backups (compact --gc --keep-history, "
+        "spec.backup.keepHistory), or start a new backup into an empty destination"
     )
 
 

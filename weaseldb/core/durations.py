@@ -1,7 +1,7 @@
 """Durations as people write them: ``90s``, ``30m``, ``12h``, ``7d``, or a combination of
 them from the largest unit down (``1d12h``, ``2h30m``). One parser for every place that
-takes one: `weaseldb compact --keep-history`, the operator's ``spec.gc.keepHistory`` and
-``spec.backup``'s window (the CRD carries the same strings)."""
+takes one: `weaseldb compact --keep-history` and the operator's
+``spec.backup.keepHistory.duration`` (the CRD carries the same strings)."""
 
 from __future__ import annotations
 

@@ -167,6 +167,7 @@ def rows() -> list[tuple[str, str, str, str]]:
             )
         )
     found += _readers(read("readers.json"))
+    found += _restore(read("restore.json"))
     restart = read("stage-restart.json")
     if restart:
         stages = restart["stages"]
@@ -212,6 +213,22 @@ def _readers(readers: Any) -> list[tuple[str, str, str, str]]:
             f"operations/s ({cold['transactions_applied_per_s']:,} transactions/s)",
             "-",
         ),
+    ]
+
+
+def _restore(restore: Any) -> list[tuple[str, str, str, str]]:
+    if not restore:
+        return []
+    newest, middle = restore["runs"]["newest"], restore["runs"]["middle"]
+    return [
+        (
+            "-",
+            f"point-in-time restore on Spark local[2]: a {restore['operations']:,}-operation "
+            "history into an empty prefix (session start apart)",
+            f"{newest['seconds']:.1f} s, {newest['ops_per_s']:,.0f} operations folded/s (to the "
+            f"middle version: {middle['seconds']:.1f} s)",
+            "-",
+        )
     ]
 
 

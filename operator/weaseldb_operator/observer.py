@@ -26,7 +26,7 @@ from weaseldb.core.timestamps import iso_ms, now_iso
 from weaseldb.core.types import Stage, Term
 from weaseldb_operator import conditions
 from weaseldb_operator.actions import Actions
-from weaseldb_operator.backups import BackupLoop
+from weaseldb_operator.backupwatch import BackupLoop
 from weaseldb_operator.bootstrap import Phase
 from weaseldb_operator.compactor import CompactionLoop
 from weaseldb_operator.conditions import Condition, Reason, Type

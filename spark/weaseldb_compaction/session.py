@@ -8,6 +8,7 @@ is for `weaseldb compact`, the tests and the benchmark.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ def local_session(
     """A session on this machine: Python workers run this interpreter, loopback only, no
     UI, the S3A jars on the classpath when they were fetched."""
     check_java()
+    # py4j logs every gateway connection it closes at INFO: noise after a command's last line.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

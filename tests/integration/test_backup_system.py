@@ -79,7 +79,7 @@ def publish_snapshot(url: str, run: str) -> Manifest:
             sink = io.BytesIO()
             pq.write_table(
                 pa.table({
-                    "key": pa.array(list(state.keys_at()), pa.binary()),
+                    "key": pa.array(list(state.keys()), pa.binary()),
                     "value": pa.array([v for v, _ in state.values()], pa.binary()),
                     "version": pa.array([m for _, m in state.values()], pa.int64()),
                 }),

@@ -241,6 +241,20 @@ def test_a_grown_window_keeps_the_cut_where_it_is() -> None:
     assert run(store.list(layout.LOG_START)) == [layout.log_start_key(batches[300].batch)]
 
 
+def record_gets(store: MemoryStore) -> list[str]:
+    """The keys `store.get` is called with from now on, in order."""
+    reads: list[str] = []
+    original_get = store.get
+
+    async def recording_get(key: str) -> bytes:
+        reads.append(key)
+        found: bytes = await original_get(key)
+        return found
+
+    store.get = recording_get  # type: ignore[method-assign]
+    return reads
+
+
 def test_the_cut_moves_forward_as_the_window_slides() -> None:
     """A later GC (an hour on) moves the cut to a snapshot that has left the window, reading
     the commit times of only the snapshots newer than the current cut."""
@@ -248,15 +262,7 @@ def test_the_cut_moves_forward_as_the_window_slides() -> None:
     store = run(setup(batches, 200, 300, 1300))
     keep = KeepHistory(seconds=1150)  # committed by 250 s: 201
     assert run(gc.collect(store, now=NOW, keep=keep)).cut.version == 201
-    reads: list[str] = []
-    original_get = store.get
-
-    async def counting_get(key: str) -> bytes:
-        reads.append(key)
-        found: bytes = await original_get(key)
-        return found
-
-    store.get = counting_get
+    reads = record_gets(store)
     result = run(gc.collect(store, now=NOW + 3600, keep=keep))
     assert result.cut is not None and result.cut.version == 1301
     batch_reads = [k for k in reads if k.startswith(layout.BATCHES)]
@@ -298,15 +304,7 @@ def test_the_window_reads_one_batch_when_the_newest_is_of_the_newest_claim() -> 
     newer term was claimed than the newest batch's (as recovery does for a new leader)."""
     batches = timed_log()
     store = run(setup(batches, 300))
-    reads: list[str] = []
-    original_get = store.get
-
-    async def counting_get(key: str) -> bytes:
-        reads.append(key)
-        found: bytes = await original_get(key)
-        return found
-
-    store.get = counting_get
+    reads = record_gets(store)
     run(store.put(layout.term_key(batches[-1].term), b"{}"))
     assert run(holdings(store)).newest_version == 1400
     # (recovery's read of it, then holdings' own for its time)

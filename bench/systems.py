@@ -240,9 +240,6 @@ def persister_counters(metrics_url: str) -> dict[str, float]:
     }
 
 
-#: Fresh connections tried on the gateway's port to reach each of its workers (the kernel
-#: spreads them over the workers that share the port).
-GATEWAY_SCRAPES = 16
 LAG = "weaseldb_event_loop_lag_seconds"
 GC_PAUSE = "weaseldb_gc_pause_seconds"
 
@@ -250,20 +247,20 @@ GC_PAUSE = "weaseldb_gc_pause_seconds"
 def stall_samples(gateway_port: int) -> dict[str, dict[str, float]]:
     """Every process's cumulative event-loop lag histogram and GC pause counts and sums
     (weaseldb/runtime/stalls.py), keyed by its `process` label; a sample is keyed by its name and
-    its `le` (lag buckets) or `generation` (GC)."""
+    its `le` (lag buckets) or `generation` (GC). One scrape of the gateway's port answers
+    for all its workers (weaseldb/runtime/workermetrics.py)."""
     found: dict[str, dict[str, float]] = {}
-    for offset, stage in enumerate(Stage):  # `weaseldb up --port` gives them in this order
-        for _ in range(GATEWAY_SCRAPES if stage == Stage.GATEWAY else 1):
-            text = httpx.get(f"http://127.0.0.1:{gateway_port + offset}/metrics").text
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if family.name == LAG:
-                        key = f"{sample.name}:{sample.labels.get('le', '')}"
-                    elif family.name == GC_PAUSE and "le" not in sample.labels:
-                        key = f"{sample.name}:{sample.labels['generation']}"
-                    else:
-                        continue
-                    found.setdefault(sample.labels["process"], {})[key] = sample.value
+    for offset in range(len(Stage)):  # `weaseldb up --port` gives them in Stage order
+        text = httpx.get(f"http://127.0.0.1:{gateway_port + offset}/metrics").text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if family.name == LAG:
+                    key = f"{sample.name}:{sample.labels.get('le', '')}"
+                elif family.name == GC_PAUSE and "le" not in sample.labels:
+                    key = f"{sample.name}:{sample.labels['generation']}"
+                else:
+                    continue
+                found.setdefault(sample.labels["process"], {})[key] = sample.value
     return found
 
 

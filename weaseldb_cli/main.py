@@ -297,9 +297,20 @@ def cmd_service(args: argparse.Namespace) -> int:
 
     cfg = config_module.load(args.config)
     stage = Stage(args.name)
+    if stage == Stage.GATEWAY:
+        _share_gateway_metrics(cfg, args.worker)
     configure_logging(stage.process(args.worker))
     uvloop.install()
     return asyncio.run(_serve(stage, cfg, args.worker))
+
+
+def _share_gateway_metrics(cfg: Config, worker: int) -> None:
+    """The workers share the client port, so one scrape answers for all of them; before
+    the services' modules are imported (weaseldb.runtime.workermetrics)."""
+    from weaseldb.runtime import workermetrics
+
+    workers = [Stage.GATEWAY.process(w) for w in range(cfg.gateway.workers)]
+    workermetrics.share(cfg.run_dir, Stage.GATEWAY.process(worker), workers)
 
 
 async def _serve(name: Stage, cfg: Config, worker: int) -> int:

@@ -15,6 +15,7 @@ from weaseldb.core.types import Stage
 from weaseldb_operator import rollout
 from weaseldb_operator.kube import Kube, path_for
 from weaseldb_operator.leadership import Claim, Decision, PodView
+from weaseldb_operator.metrics import FAILOVER_REASON, ROLLOUT_REASON, count_promotion
 from weaseldb_operator.pods import stage_url
 from weaseldb_operator.resources import ROLE_LABEL, statefulset_replicas
 from weaseldb_operator.spec import Database
@@ -46,7 +47,7 @@ class Actions:
             log.info("%s/%s: pod %s labelled %s", db.namespace, db.name, name, role)
         if decision.promote is not None and decision.leader is not None:
             why = decision.switchover or decision.conditions[0].message
-            reason = "SwitchingOver" if decision.switchover else "FailingOver"
+            reason = "SwitchingOver" if decision.switchover else FAILOVER_REASON
             await self._promote(db, body, decision.leader, decision.promote, pods, reason, why)
         await self._scale(db, decision)
 
@@ -86,9 +87,7 @@ class Actions:
         log.warning("%s/%s: rollout: %s %s (%s)", db.namespace, db.name,
                     step.action, step.pod, step.why)  # fmt: skip
         if step.action == "promote" and decision.leader is not None:
-            await self._promote(
-                db, body, decision.leader, step.pod, pods, "RollSwitchover", step.why
-            )
+            await self._promote(db, body, decision.leader, step.pod, pods, ROLLOUT_REASON, step.why)
         elif step.action == "delete":
             await self._kube.event(body, "RollStep", f"deleted pod {step.pod}: {step.why}")
             await self._kube.delete(path_for("v1", "Pod", db.namespace, step.pod))
@@ -114,6 +113,7 @@ class Actions:
         self._promoted = {k: v for k, v in self._promoted.items() if k[0] != db.uid}
         self._promoted[key] = time.time()
         log.warning("%s/%s: promoting standby %s (%s): %s", db.namespace, db.name, name, url, why)
+        count_promotion(db.namespace, db.name, reason)  # once per claim, as the Event
         await self._kube.event(
             body, reason, f"asked standby {name} to claim term {claim.term + 1}: {why}"
         )

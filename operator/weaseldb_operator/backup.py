@@ -217,6 +217,17 @@ def last_backup(jobs: Iterable[dict[str, Any]], current: dict[str, Any] | None) 
     }
 
 
+def newly_ended(current: dict[str, Any] | None, last: dict[str, Any]) -> str | None:
+    """`Succeeded` or `Failed` when the newest Job in `last` (a `last_backup`) ended since
+    `current` was recorded, else None: each Job once, as status.lastBackup moves on."""
+    if last.get("succeeded") is None:
+        return None
+    current = current or {}
+    if current.get("job") == last.get("job") and current.get("succeeded") is not None:
+        return None
+    return "Succeeded" if last["succeeded"] else "Failed"
+
+
 def overdue_after(schedule: str, since: datetime.datetime) -> datetime.datetime:
     """When a backup is overdue if none succeeds after `since`: the third fire time after
     it, so two whole schedule intervals (each run's, from its fire time to the next) went

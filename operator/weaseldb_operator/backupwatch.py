@@ -17,6 +17,7 @@ from weaseldb_operator import backup
 from weaseldb_operator.compactor import changed_fields
 from weaseldb_operator.conditions import Condition
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.metrics import BACKUPS
 from weaseldb_operator.spec import Database
 
 log = logging.getLogger("weaseldb.operator.backup")
@@ -57,4 +58,7 @@ class BackupLoop:
             since=parse_iso(cronjob["metadata"]["creationTimestamp"]),
             now=datetime.datetime.now(datetime.UTC),
         )
+        ended = backup.newly_ended(status.get("lastBackup"), last)
+        if ended is not None:
+            BACKUPS.labels(db.namespace, db.name, ended).inc()
         return [condition], changed_fields(status, {"lastBackup": last})

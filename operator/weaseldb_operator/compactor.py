@@ -19,6 +19,7 @@ from weaseldb.core.timestamps import parse_iso
 from weaseldb_operator import compaction, supervision
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.metrics import COMPACTIONS
 from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import Stores, snapshot_lag
 
@@ -116,6 +117,8 @@ class CompactionLoop:
                 # starts) and the delete is tried again on the next pass.
                 log.warning("%s/%s: cannot delete %s: %s", db.namespace, db.name, name, e)
         for notice in plan.notices:
+            if notice.outcome is not None:
+                COMPACTIONS.labels(db.namespace, db.name, notice.outcome).inc()
             await self._kube.event(regarding, notice.reason, notice.message, warning=notice.warning)
         if plan.create is not None and await self._kube.create(plan.create):
             name = plan.create["metadata"]["name"]

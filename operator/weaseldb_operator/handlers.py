@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import kopf
@@ -32,6 +34,7 @@ from weaseldb_operator.edits import (
     with_applied_spec,
 )
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.metrics import RECONCILE_ERRORS
 from weaseldb_operator.observer import Observer
 from weaseldb_operator.readers import reader_children, reader_leftovers
 from weaseldb_operator.resources import children_for, pdb_for
@@ -50,6 +53,31 @@ VERSION = API_VERSION.split("/")[1]
 #: The only finalizer the operator sets, and only with `deletionPolicy: Delete`.
 FINALIZER = "weaseldb.io/delete-data"
 PURGE_TIMEOUT_S = 600
+
+
+class Waiting(kopf.TemporaryError):
+    """Call the handler again after `delay`: nothing failed, something is under way (a
+    restore, pods going away). Not counted as a reconcile error."""
+
+
+Handler = Callable[..., Awaitable[None]]
+
+
+def counts_errors(handler: Handler) -> Handler:
+    """Count what `handler` raises, but a `Waiting`, in the operator's metrics
+    (weaseldb_operator_reconcile_errors_total{handler=...}); kopf retries it as before."""
+
+    @functools.wraps(handler)
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        try:
+            await handler(*args, **kwargs)
+        except Waiting:
+            raise
+        except Exception:
+            RECONCILE_ERRORS.labels(handler.__name__).inc()
+            raise
+
+    return counted
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -142,6 +170,7 @@ async def _refused(kube: Kube, body: kopf.Body, error: KubeError) -> NoReturn:
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL, field="spec")
+@counts_errors
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     kube: Kube = memo.kube
     try:
@@ -225,7 +254,7 @@ async def _bootstrap(kube: Kube, body: kopf.Body, db: Database) -> None:
         return
     failed = step.status is not None and step.status["phase"] == bootstrap.Phase.FAILED
     message = step.status["message"] if step.status else "bootstrapping"
-    raise kopf.TemporaryError(message, delay=RESTORE_FAILED_POLL_S if failed else RESTORE_POLL_S)
+    raise Waiting(message, delay=RESTORE_FAILED_POLL_S if failed else RESTORE_POLL_S)
 
 
 async def _unserved_restore(db: Database) -> int | None:
@@ -309,6 +338,7 @@ def _deletes_data(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL, when=_deletes_data, timeout=PURGE_TIMEOUT_S)
+@counts_errors
 async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Scale to zero, wait until no pod is left, fence, purge (deletion.py); called again
     after each TemporaryError until it returns."""
@@ -323,9 +353,7 @@ async def delete_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_
     try:
         await deletion.stop_pods()
     except PodsLeft as e:
-        raise kopf.TemporaryError(
-            f"{e}; the data is deleted once none is left", delay=POLL_PODS_S
-        ) from e
+        raise Waiting(f"{e}; the data is deleted once none is left", delay=POLL_PODS_S) from e
     except KubeError as e:
         raise kopf.TemporaryError(f"scaling down: {e}", delay=10) from e
     stores = Stores()

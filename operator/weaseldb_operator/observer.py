@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 import aiohttp
-from prometheus_client import Counter
 
 from weaseldb.core import lease as lease_io
 from weaseldb.core.errors import StoreError
@@ -43,6 +42,7 @@ from weaseldb_operator.leadership import (
     decide,
     down_since,
 )
+from weaseldb_operator.metrics import OBSERVE_ERRORS, OBSERVE_PASS
 from weaseldb_operator.pods import PROBE_TIMEOUT, PodReader, stage_url
 from weaseldb_operator.readersweep import ReaderPolicySweep
 from weaseldb_operator.resources import selector_labels
@@ -54,10 +54,6 @@ from weaseldb_operator.storage import (
 )
 
 log = logging.getLogger("weaseldb.operator.observer")
-OBSERVE_ERRORS = Counter(
-    "weaseldb_operator_observe_errors_total",
-    "Leadership observations that failed unexpectedly (logged, retried next round)",
-)
 #: Seconds between passes: the failure detector's resolution.
 INTERVAL_S = 1.0
 
@@ -91,7 +87,8 @@ class Observer:
         try:
             while True:
                 try:
-                    await self.observe_all()
+                    with OBSERVE_PASS.time():
+                        await self.observe_all()
                 except Exception:
                     # Whatever it was, the loop must outlive it: leadership of every
                     # database depends on it.

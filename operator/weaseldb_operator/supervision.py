@@ -114,6 +114,7 @@ class Notice:
     reason: str
     message: str
     warning: bool = False
+    outcome: RunOutcome | None = None  # a run ended (counted in the operator's metrics)
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,8 @@ def _count(
     if outcome is RunOutcome.SUCCEEDED:
         record = replace(record, consecutive_failures=0, next_attempt_after=None,
                          last_failure_reason=None, last_failure_message=None)  # fmt: skip
-        return record, (Notice("CompactionSucceeded", f"SparkApplication {name} completed"),)
+        done = f"SparkApplication {name} completed"
+        return record, (Notice("CompactionSucceeded", done, outcome=outcome),)
     failures = record.consecutive_failures + 1
     after = now + datetime.timedelta(seconds=backoff_seconds(spec, failures))
     if outcome is RunOutcome.DEADLINE_EXCEEDED:
@@ -243,7 +245,7 @@ def _count(
     message = f"{what}; {failures} failed {runs} in a row, next attempt after {iso(after, 0)}"
     record = replace(record, consecutive_failures=failures, next_attempt_after=after,
                      last_failure_reason=reason, last_failure_message=message[:1000])  # fmt: skip
-    return record, (Notice(event, message, warning=True),)
+    return record, (Notice(event, message, warning=True, outcome=outcome),)
 
 
 def condition(spec: Compaction, record: Record) -> Condition:

@@ -41,7 +41,13 @@ from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.gateway")
 
-SUBSCRIBERS = Gauge("weaseldb_gateway_subscribers", "Open change-stream subscribers", ["durable"])
+#: livesum: the pod's workers' subscribers added up (weaseldb.runtime.workermetrics).
+SUBSCRIBERS = Gauge(
+    "weaseldb_gateway_subscribers",
+    "Open change-stream subscribers",
+    ["durable"],
+    multiprocess_mode="livesum",
+)
 DROPPED = Counter(
     "weaseldb_gateway_subscribers_dropped_total", "Subscribers cut off for falling behind"
 )

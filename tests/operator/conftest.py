@@ -15,6 +15,7 @@ from weaseldb_operator.spec import lease_timeout_for
 
 from tests.operator.helpers import weaseldb
 from tests.operator.pods import Pods
+from tests.support.cluster import free_port_block
 from tests.support.kube import ControlPlane, missing_binaries
 from tests.support.minio import MinioServer
 from tests.support.waiting import stop_process
@@ -41,10 +42,18 @@ OPERATOR_LABELS = {"app.kubernetes.io/name": "weaseldb-operator", "app.kubernete
 
 
 @pytest.fixture(scope="session")
-def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
-    """`weaseldb operator` watching every namespace, with an admin token; yields its log
-    file. It reads term claims with the MinIO credentials the `minio` fixture put in the
-    environment."""
+def operator_metrics() -> str:
+    """The base URL the `operator` fixture's process serves its metrics on."""
+    return f"http://127.0.0.1:{free_port_block(1)}"
+
+
+@pytest.fixture(scope="session")
+def operator(
+    control_plane: ControlPlane, minio: MinioServer, operator_metrics: str
+) -> Iterator[Path]:
+    """`weaseldb operator` watching every namespace, with an admin token and its metrics
+    at `operator_metrics`; yields its log file. It reads term claims with the MinIO
+    credentials the `minio` fixture put in the environment."""
     log_path = control_plane.root / "operator.log"
     token_file = control_plane.root / "admin-token"
     token_file.write_text(ADMIN_TOKEN + "\n")
@@ -52,6 +61,7 @@ def operator(control_plane: ControlPlane, minio: MinioServer) -> Iterator[Path]:
         "WEASELDB_ADMIN_TOKEN_FILE": str(token_file),
         "WEASELDB_OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
         "WEASELDB_OPERATOR_POD_LABELS": json.dumps(OPERATOR_LABELS),
+        "WEASELDB_OPERATOR_METRICS": operator_metrics.removeprefix("http://"),
     }
     with open(log_path, "ab") as log:
         process = subprocess.Popen(

@@ -15,6 +15,7 @@ import pytest
 from tests.operator.conftest import ADMIN_TOKEN, OPERATOR_LABELS, OPERATOR_NAMESPACE
 from tests.operator.helpers import get_or_none, weaseldb
 from tests.operator.pods import Pods, leader_of, leads_ready
+from tests.support.cluster import metric
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from tests.support.waiting import wait_for
@@ -64,7 +65,7 @@ def standby_role(persister: str) -> bool:
 
 
 def test_the_operator_promotes_a_standby_with_the_admin_token(
-    control_plane: ControlPlane, operator: Path, namespace: str, pods: Pods
+    control_plane: ControlPlane, operator: Path, operator_metrics: str, namespace: str, pods: Pods
 ) -> None:
     leader = pods.start_pod("ledger-0")
     leads_ready(control_plane, namespace, "ledger-0")
@@ -82,6 +83,8 @@ def test_the_operator_promotes_a_standby_with_the_admin_token(
     assert leader_of(control_plane, namespace)["term"] == 2
     standby.wait_ready(60)
     assert f"{namespace}/ledger: /promote answered 200" in operator.read_text()
+    labels = f'{{database="ledger",namespace="{namespace}"}}'  # as exposed: sorted
+    assert metric(operator_metrics, "weaseldb_operator_failovers_total", labels) == 1
 
 
 def test_a_standby_with_another_token_is_not_promoted_and_the_pod_says_why(

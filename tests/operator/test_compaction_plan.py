@@ -99,6 +99,7 @@ def test_a_run_past_its_deadline_is_deleted_and_counts_as_a_failure(state: str |
     assert "1 failed run in a row" in plan.condition.message
     assert [n.reason for n in plan.notices] == ["CompactionDeadlineExceeded"]
     assert plan.notices[0].warning
+    assert plan.notices[0].outcome is RunOutcome.DEADLINE_EXCEEDED  # the operator's metric
     assert plan.last is not None and plan.last["outcome"] == RunOutcome.DEADLINE_EXCEEDED
     assert plan.last["finishedAt"] == iso(seconds(-1), 0)
 
@@ -145,7 +146,9 @@ def test_failures_in_a_row_double_the_wait_and_a_success_resets_it() -> None:
     done = decide(seconds(500), [run("t202601010504", seconds(240), "COMPLETED")], after(second))
     assert (done.record.consecutive_failures, done.record.next_attempt_after) == (0, None)
     assert (done.condition.status, done.condition.reason) == ("True", Reason.COMPACTION_SUCCEEDED)
-    assert [n.reason for n in done.notices] == ["CompactionSucceeded"]
+    assert [(n.reason, n.outcome) for n in done.notices] == [
+        ("CompactionSucceeded", RunOutcome.SUCCEEDED)
+    ]
     assert created_slot(done) == "t202601010508"  # no backoff after a success
 
 

@@ -37,16 +37,19 @@ def test_each_collection_is_observed_once_with_its_generation() -> None:
         gc.collect(2)
     finally:
         recorder.uninstall()
+    assert pauses == []  # recorded only: observed when the stage flushes
+    recorder.flush()
     assert [generation for generation, _ in pauses if generation > 0] == [1, 2]
     assert all(seconds >= 0 for _, seconds in pauses)
     seen = len(pauses)
     gc.collect(2)
+    recorder.flush()
     assert recorder not in gc.callbacks and len(pauses) == seen
 
 
 def test_a_stop_without_a_start_is_ignored() -> None:
     pauses: list[tuple[int, float]] = []
-    GcPauses(lambda generation, seconds: pauses.append((generation, seconds)))(
-        "stop", {"generation": 2, "collected": 0, "uncollectable": 0}
-    )
+    recorder = GcPauses(lambda generation, seconds: pauses.append((generation, seconds)))
+    recorder("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    recorder.flush()
     assert pauses == []

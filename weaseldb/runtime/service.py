@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
+from prometheus_client import Histogram
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -36,12 +36,12 @@ from weaseldb.core.errors import (
     error_body,
 )
 from weaseldb.core.types import Stage
-from weaseldb.runtime import stalls
+from weaseldb.runtime import stalls, workermetrics
 
 log = logging.getLogger("weaseldb")
 
-#: Both carry the process's name (`gateway-0`, `sequencer`, ...): the gateway's workers
-#: share one port, and this says which of them answered a scrape.
+#: Both carry the process's name (`gateway-0`, `sequencer`, ...): a gateway scrape sums
+#: its workers (weaseldb.runtime.workermetrics), and this keeps each worker's own.
 EVENT_LOOP_LAG = Histogram(
     "weaseldb_event_loop_lag_seconds",
     f"How late a timer due every {stalls.LAG_INTERVAL_S} s ran on this process's event loop",
@@ -98,7 +98,8 @@ def add_operations_routes(app: FastAPI, health: Health) -> None:
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        body, media_type = workermetrics.exposition()  # the gateway: all its workers
+        return Response(body, media_type=media_type)
 
 
 class AdminDoor:
@@ -345,6 +346,12 @@ def read_port_file(run_dir: str | Path, name: str) -> int | None:
         return None
 
 
+def gc_pause_recorder(name: str) -> stalls.GcPauses:
+    """The collector's pauses of process `name`, into GC_PAUSE when flushed."""
+    pause_of = [GC_PAUSE.labels(name, str(generation)) for generation in range(3)]
+    return stalls.GcPauses(lambda generation, s: pause_of[generation].observe(s))
+
+
 async def run_stage(
     name: str,
     stage: StageLoop,
@@ -360,13 +367,15 @@ async def run_stage(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stage.on_signal)
     http = asyncio.create_task(server.serve(), name=f"{name}-http")
-    # Made before the callback is in: the collector may run in the middle of any
-    # allocation, including one inside `labels()` while it holds the metric's lock.
-    pause_of = [GC_PAUSE.labels(name, str(generation)) for generation in range(3)]
-    gc_pauses = stalls.GcPauses(lambda generation, s: pause_of[generation].observe(s))
+    gc_pauses = gc_pause_recorder(name)
     gc_pauses.install()
     lag_of = EVENT_LOOP_LAG.labels(name).observe
-    lag = asyncio.create_task(stalls.watch_event_loop(lag_of), name=f"{name}-lag")
+
+    def tick(late: float) -> None:
+        lag_of(late)
+        gc_pauses.flush()  # the pauses the collector recorded since the last tick
+
+    lag = asyncio.create_task(stalls.watch_event_loop(tick), name=f"{name}-lag")
     try:
         code = await stage.run(server)
     except Exception:

@@ -19,6 +19,7 @@ stage's wiring in `weaseldb.runtime.service` makes them Prometheus histograms):
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import time
 from collections.abc import Callable
@@ -42,19 +43,37 @@ async def watch_event_loop(
 
 
 class GcPauses:
-    """A `gc.callbacks` entry that observes each collection's pause: `observe(generation,
-    seconds)`. `install` adds it once; `uninstall` takes it out again."""
+    """A `gc.callbacks` entry that records each collection's pause; `flush` hands the
+    recorded ones to `observe(generation, seconds)`. `install` adds it once; `uninstall`
+    takes it out again.
+
+    Recorded, not observed, in the callback: the collector runs in the middle of whatever
+    allocated, and that may be a metric update holding prometheus_client's lock (in the
+    gateway's multiprocess mode one lock serves every metric of the process), which the
+    observation would wait for forever. The stage flushes from its event loop."""
+
+    #: Pauses kept between two flushes at most (a loop stalled for long drops the rest).
+    PENDING_MAX = 1024
 
     def __init__(self, observe: Callable[[int, float], object]) -> None:
         self._observe = observe
         self._started: float | None = None
+        self._pending: collections.deque[tuple[int, float]] = collections.deque(
+            maxlen=self.PENDING_MAX
+        )
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
         elif self._started is not None:
-            self._observe(int(info["generation"]), time.perf_counter() - self._started)
+            self._pending.append((int(info["generation"]), time.perf_counter() - self._started))
             self._started = None
+
+    def flush(self) -> None:
+        # Only what is there now: observing allocates, and a collection it sets off is
+        # recorded for the next flush.
+        for _ in range(len(self._pending)):
+            self._observe(*self._pending.popleft())
 
     def install(self) -> None:
         if self not in gc.callbacks:

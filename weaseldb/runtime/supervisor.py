@@ -21,6 +21,7 @@ from pathlib import Path
 
 from weaseldb.core.config import Config
 from weaseldb.core.types import Stage
+from weaseldb.runtime import workermetrics
 
 log = logging.getLogger("weaseldb.up")
 
@@ -45,6 +46,9 @@ class ProcessSet:
         self._stop_requested = False
 
     def start(self) -> None:
+        # A new set's counters start at zero, as a new pod's would; no file of a set
+        # with more workers than this one is summed in.
+        workermetrics.clear(self._config.run_dir)
         self._spawn(Stage.PERSISTER)
         self._spawn(Stage.RESOLVER)
         self._spawn(Stage.SEQUENCER)

@@ -198,17 +198,14 @@ build_helm() {
 
 # promtool (`promtool check rules` on the chart's alerts) from github.com/prometheus/prometheus,
 # whose module versions are v0.MAJORMINOR.PATCH for release vMAJOR.MINOR.PATCH (v0.316.0 is
-# Prometheus 3.16.0). Its go.mod has `replace`/`exclude` lines, so through a wrapper module;
-# the version flags are those of upstream's .promu.yml.
+# Prometheus 3.16.0). Its go.mod has no replaces, so plain `go install`; the tag and the
+# version flags are upstream's .promu.yml (not builtinassets: the server's web UI, not promtool's).
 build_promtool() {
-  local mod="github.com/prometheus/prometheus" dir="$WORK/promtool" v="${PROMETHEUS_VERSION#v0.}"
+  local mod="github.com/prometheus/prometheus" v="${PROMETHEUS_VERSION#v0.}" p
   local release="${v:0:1}.${v:1:2}.${v##*.}" ld="-s -w"
-  ld+=" -X github.com/prometheus/common/version.Version=$release"
-  ld+=" -X github.com/prometheus/common/version.Branch=HEAD"
-  ld+=" -X github.com/prometheus/common/version.BuildUser=weaseldb-tools"
-  wrapper_module "$dir" "$mod" "$PROMETHEUS_VERSION" "$mod/cmd/promtool"
-  (cd "$dir" && go build -trimpath -tags netgo -ldflags "$ld" \
-    -o "$STAGE/promtool" "$mod/cmd/promtool")
+  p=github.com/prometheus/common/version
+  ld+=" -X $p.Version=$release -X $p.Branch=HEAD -X $p.BuildUser=weaseldb-tools"
+  GOBIN="$STAGE" go install -trimpath -tags netgo -ldflags "$ld" "$mod/cmd/promtool@$PROMETHEUS_VERSION"
 }
 
 # Resolve hack/s3a/ivy.xml from Maven Central (hack/s3a/ivysettings.xml) with the Ivy

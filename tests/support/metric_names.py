@@ -42,7 +42,12 @@ def _metric_class(node: ast.AST) -> str | None:
     if not isinstance(node, ast.Call):
         return None
     func = node.func
-    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if isinstance(func, ast.Name):
+        name = func.id
+    elif isinstance(func, ast.Attribute):
+        name = func.attr
+    else:
+        return None
     return name if name in SUFFIXES else None
 
 

@@ -107,8 +107,14 @@ def kinds(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     ("setting", "complaint"),
     [
         ("operator.watchAllNamespaces=maybe", ("watchAllNamespaces", "boolean")),  # a type
-        ("operator.watchAllNamespace=false", ("watchAllNamespace'",)),  # a misspelt key
-        ("monitoring.podMonitor.intervall=10s", ("intervall",)),  # a misspelt nested key
+        (
+            "operator.watchAllNamespace=false",
+            ("watchAllNamespace", "not allowed"),
+        ),  # a misspelt key
+        (
+            "monitoring.podMonitor.intervall=10s",
+            ("intervall", "not allowed"),
+        ),  # a misspelt nested key
         ("example.spec.replicas=two", ("replicas", "integer")),  # the CRD's spec schema
     ],
 )

@@ -84,10 +84,29 @@ def _object(value: dict[str, Any], path: str, crd_spec: Schema) -> Schema:
 
 
 def crd_spec_schema(crd: dict[str, Any]) -> Schema:
-    """The `spec` schema of the CRD's storage version."""
+    """The `spec` schema of the CRD's storage version, in JSON Schema (draft-07) terms."""
     (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
-    spec: Schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec: Schema = json_schema(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
     return spec
+
+
+def json_schema(node: Any) -> Any:
+    """An OpenAPI v3.0 schema (a CRD's) as JSON Schema: v3.0's boolean
+    `exclusiveMinimum: true` beside `minimum: X` is draft-07's `exclusiveMinimum: X` (helm
+    refuses the boolean form), and `nullable: true` admits null."""
+    if isinstance(node, list):
+        return [json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: json_schema(value) for key, value in node.items()}
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if out.get(exclusive) is True and bound in out:
+            out[exclusive] = out.pop(bound)
+        elif out.get(exclusive) is False:
+            del out[exclusive]
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
 
 
 def render(chart: Path) -> str:

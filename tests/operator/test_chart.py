@@ -133,7 +133,7 @@ def test_values_schema_refuses_bad_values(
 def test_monitoring_objects_only_where_the_crds_are(control_plane: ControlPlane) -> None:
     without = kinds(rendered_objects(control_plane))
     assert "PodMonitor" not in without and "PrometheusRule" not in without
-    dashboard = json.loads(without["ConfigMap"]["data"]["weaseldb.json"])
+    dashboard = json.loads(without["ConfigMap"]["data"]["weaseldb-dashboard.json"])
     assert dashboard == json.loads((REPO / "charts/weaseldb/monitoring/dashboard.json").read_text())
     assert without["ConfigMap"]["metadata"]["labels"]["grafana_dashboard"] == "1"
 

@@ -68,6 +68,15 @@ def test_schema_closes_every_object_with_keys() -> None:
     assert "storage" in example["required"]  # the CRD's spec schema, not an inferred one
 
 
+def test_the_crds_openapi_bounds_become_json_schema_ones() -> None:
+    """Helm validates values.schema.json against draft-07, which refuses OpenAPI v3.0's
+    boolean exclusiveMinimum (every `> 0` field of the CRD)."""
+    openapi = {"type": "number", "minimum": 0, "exclusiveMinimum": True, "nullable": True}
+    assert chartschema.json_schema({"properties": {"x": openapi}}) == {
+        "properties": {"x": {"type": ["number", "null"], "exclusiveMinimum": 0}}
+    }
+
+
 def test_schema_generation_refuses_an_empty_map_without_an_override() -> None:
     with pytest.raises(ValueError, match=r"operator\.extra is an empty map"):
         chartschema.from_default({}, "operator.extra", {})

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the external tools WeaselDB's tests and benchmarks use (minio, etcd,
-# kube-apiserver, kubectl, helm) from source through the Go module proxy, once,
+# kube-apiserver, kubectl, helm, promtool) from source through the Go module proxy, once,
 # into ${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}. The kind end-to-end tier needs
 # more (kind, the node's Kubernetes binaries, coredns, containerd, pause and the Spark
 # operator): `bash hack/tools.sh e2e` builds those too (hack/e2e-cluster.sh does). Versions are pinned in
@@ -27,7 +27,7 @@ source "$HERE/tools.env"
 
 BIN="${WEASELDB_TOOLS:-$HOME/.cache/weaseldb/bin}"
 WORK="$BIN/.build"
-ALL_TOOLS=(minio etcd kube-apiserver kubectl helm s3a-jars chromium)
+ALL_TOOLS=(minio etcd kube-apiserver kubectl helm promtool s3a-jars chromium)
 # Only for the kind tier; never built by a bare `bash hack/tools.sh`.
 KUBE_NODE_TOOLS=(kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy)
 E2E_TOOLS=(kind "${KUBE_NODE_TOOLS[@]}" coredns containerd runc pause spark-operator)
@@ -57,6 +57,7 @@ display_version() {
     kube-apiserver | kubectl | kubelet | kubeadm | kube-controller-manager | kube-scheduler | kube-proxy | pause)
       echo "$KUBERNETES_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
+    promtool) echo "$PROMETHEUS_VERSION" ;;
     s3a-jars) echo "$(sha256sum "$HERE/s3a/ivy.xml" | cut -c1-16)" ;;
     kind) echo "$KIND_VERSION" ;;
     coredns) echo "$COREDNS_VERSION" ;;
@@ -195,6 +196,18 @@ build_helm() {
   GOBIN="$STAGE" go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
+# promtool (`promtool check rules` on the chart's alerts) from github.com/prometheus/prometheus,
+# whose module versions are v0.MAJORMINOR.PATCH for release vMAJOR.MINOR.PATCH (v0.316.0 is
+# Prometheus 3.16.0). Its go.mod has no replaces, so plain `go install`; the tag and the
+# version flags are upstream's .promu.yml (not builtinassets: the server's web UI, not promtool's).
+build_promtool() {
+  local mod="github.com/prometheus/prometheus" v="${PROMETHEUS_VERSION#v0.}" p
+  local release="${v:0:1}.${v:1:2}.${v##*.}" ld="-s -w"
+  p=github.com/prometheus/common/version
+  ld+=" -X $p.Version=$release -X $p.Branch=HEAD -X $p.BuildUser=weaseldb-tools"
+  GOBIN="$STAGE" go install -trimpath -tags netgo -ldflags "$ld" "$mod/cmd/promtool@$PROMETHEUS_VERSION"
+}
+
 # Resolve hack/s3a/ivy.xml from Maven Central (hack/s3a/ivysettings.xml) with the Ivy
 # jar pyspark bundles, into a fresh directory that replaces $S3A_JARS at the end.
 fetch_s3a_jars() {
@@ -312,6 +325,7 @@ build_one() {
     kube-apiserver | kubectl | kubelet | kubeadm | kube-controller-manager | kube-scheduler | kube-proxy)
       build_kube "$1" ;;
     helm) build_helm ;;
+    promtool) build_promtool ;;
     kind) build_kind ;;
     coredns) build_coredns ;;
     containerd) build_containerd ;;

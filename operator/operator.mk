@@ -20,5 +20,7 @@ dev-cluster: install
 dev-cluster-down:
 	bash hack/dev-cluster.sh down $(DEV_CLUSTER_DIR)
 
+# The chart (its values checked by values.schema.json) and the alerts it ships.
 helm-lint:
-	$(TOOLS_BIN)/helm lint charts/weaseldb
+	$(TOOLS_BIN)/helm lint --strict charts/weaseldb
+	$(TOOLS_BIN)/promtool check rules charts/weaseldb/monitoring/alerts.yaml

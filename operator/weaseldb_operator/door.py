@@ -11,7 +11,8 @@ namespace and pod labels, read once from its environment), Kubernetes objects ou
   (weaseldb.core.config `admin_token_file`); `POST /promote` then asks for it.
 - NetworkPolicy `NAME`: the gateway port admits anyone; the persister port only the
   operator's pods; the other ports nobody from outside the pod (the stages reach each other
-  over Unix sockets and 127.0.0.1, which no NetworkPolicy filters).
+  over Unix sockets and 127.0.0.1, which no NetworkPolicy filters), except the metrics
+  scrapers the chart names (`monitoring.scrapeFrom`), which reach every stage's port.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ SECRET_KEY = "token"
 #: replaces the directory it is mounted on).
 TOKEN_DIR = "/etc/weaseldb-admin"
 VOLUME = "admin-token"
+#: NetworkPolicy peers (a JSON list; the chart's monitoring.scrapeFrom) admitted to every
+#: stage's port, for its /metrics: without them a scrape reaches the gateway's only.
+SCRAPERS_ENV = "WEASELDB_METRICS_SCRAPERS"
 #: Set by the API server on every namespace (Kubernetes 1.22+).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -52,6 +56,8 @@ class Operator:
     token: bytes | None = None
     namespace: str = ""
     pod_labels: dict[str, str] = field(default_factory=dict)
+    #: Who scrapes metrics (NetworkPolicyPeers), admitted to every stage's port.
+    scrapers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -64,7 +70,8 @@ class Operator:
         path = env.get(TOKEN_FILE_ENV, "")
         token = Path(path).read_bytes().strip() if path else b""
         labels = json.loads(env.get(POD_LABELS_ENV) or "{}")
-        return cls(token or None, env.get(NAMESPACE_ENV, ""), dict(labels))
+        scrapers = json.loads(env.get(SCRAPERS_ENV) or "[]")
+        return cls(token or None, env.get(NAMESPACE_ENV, ""), dict(labels), list(scrapers))
 
 
 def secret_name(db: Database) -> str:
@@ -105,6 +112,7 @@ def guard_statefulset(statefulset: dict[str, Any], db: Database) -> dict[str, An
 def network_policy_for(db: Database, operator: Operator) -> dict[str, Any] | None:
     """Ingress to the database's pods: the gateway port from anywhere, the persister port
     from the operator's pods only (its /readyz tells a standby, its /promote fails over),
+    every stage's port from the metrics scrapers (/promote still asks for the admin token),
     nothing else. The kubelet's probes come from the node, which most network plugins
     (Calico, Cilium) let through whatever the policy says."""
     if not operator.namespace or not operator.pod_labels:
@@ -113,6 +121,16 @@ def network_policy_for(db: Database, operator: Operator) -> dict[str, Any] | Non
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator.namespace}},
         "podSelector": {"matchLabels": dict(operator.pod_labels)},
     }
+    ingress: list[dict[str, Any]] = [
+        {"ports": [{"protocol": "TCP", "port": port_of(db, Stage.GATEWAY)}]},
+        {
+            "from": [the_operator],
+            "ports": [{"protocol": "TCP", "port": port_of(db, Stage.PERSISTER)}],
+        },
+    ]
+    if operator.scrapers:
+        others = [{"protocol": "TCP", "port": port_of(db, s)} for s in Stage if s != Stage.GATEWAY]
+        ingress.append({"from": list(operator.scrapers), "ports": others})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -120,13 +138,7 @@ def network_policy_for(db: Database, operator: Operator) -> dict[str, Any] | Non
         "spec": {
             "podSelector": {"matchLabels": selector_labels(db)},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {"ports": [{"protocol": "TCP", "port": port_of(db, Stage.GATEWAY)}]},
-                {
-                    "from": [the_operator],
-                    "ports": [{"protocol": "TCP", "port": port_of(db, Stage.PERSISTER)}],
-                },
-            ],
+            "ingress": ingress,
         },
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from weaseldb_operator.door import (
+    SCRAPERS_ENV,
     TOKEN_FILE_ENV,
     Operator,
     network_policy_for,
@@ -53,6 +54,26 @@ def test_the_network_policy_admits_clients_to_the_gateway_and_the_operator_to_th
     # The sequencer's and resolver's ports (8081, 8082) admit nobody from outside the pod.
     assert {p["port"] for rule in spec["ingress"] for p in rule["ports"]} == {8080, 8083}
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_the_metrics_scrapers_reach_every_stage_port() -> None:
+    """The chart's PodMonitor scrapes each stage's own port; without a rule for the
+    scrapers the NetworkPolicy would let through the gateway's metrics only."""
+    db = database_from(body(replicas=2))
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+    operator = Operator.from_environment(
+        {
+            "WEASELDB_OPERATOR_NAMESPACE": "weaseldb-system",
+            "WEASELDB_OPERATOR_POD_LABELS": json.dumps(LABELS),
+            SCRAPERS_ENV: json.dumps([prometheus]),
+        }
+    )
+    policy = network_policy_for(db, operator)
+    assert policy is not None
+    *_, scrapers = policy["spec"]["ingress"]
+    assert scrapers["from"] == [prometheus]
+    assert {p["port"] for p in scrapers["ports"]} == {8081, 8082, 8083}
+    assert len(network_policy_for(db, OPERATOR)["spec"]["ingress"]) == 2  # type: ignore[index]
 
 
 def test_the_pods_get_the_token_and_only_the_persister_reads_it(

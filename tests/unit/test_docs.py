@@ -485,6 +485,8 @@ def test_tools_pins_are_hack_tools_env() -> None:
         f"| etcd | `go.etcd.io/etcd/server/v3` | `{env['ETCD_VERSION']}` |",
         f"| kubectl | `k8s.io/kubernetes/cmd/kubectl` | `{kubernetes}` |",
         f"| helm | `helm.sh/helm/v3/cmd/helm` | `{env['HELM_VERSION']}` |",
+        f"| promtool | `github.com/prometheus/prometheus/cmd/promtool` | "
+        f"`{env['PROMETHEUS_VERSION']}` |",
         f"`sigs.k8s.io/kind@{env['KIND_VERSION']}`",
         f"pyspark {env['PYSPARK_VERSION']}",
     )

@@ -17,7 +17,18 @@ from weaseldb.core.access import (
     parse_grants,
 )
 from weaseldb.core.changes import KeyFilter
-from weaseldb.core.protocol import Delete, PointRead, RangeDelete, RangeRead, Write
+from weaseldb.core.protocol import (
+    Delete,
+    Operation,
+    PointRead,
+    Precondition,
+    RangeDelete,
+    RangeRead,
+    Write,
+)
+from weaseldb.core.types import Version
+
+V1 = Version(1)
 
 APP = Grant("app", frozenset({"commit", "status", "subscribe"}), (b"app/", b"shared/"))
 EVERYTHING = Grant("admin", frozenset({"commit", "status", "subscribe"}), (b"",))
@@ -33,7 +44,7 @@ READ_ONLY = Grant("watcher", frozenset({"subscribe"}), (b"app/",))
         [RangeDelete(b"app/a", b"app/b")],
     ],
 )
-def test_a_commit_inside_the_prefixes_is_allowed(operations: list) -> None:
+def test_a_commit_inside_the_prefixes_is_allowed(operations: list[Operation]) -> None:
     check_commit(APP, [], operations)
 
 
@@ -45,19 +56,19 @@ def test_a_commit_inside_the_prefixes_is_allowed(operations: list) -> None:
         ([], [RangeDelete(b"app/", b"b")], "operations[0]"),  # runs past the prefix
         ([], [RangeDelete(b"ap", b"app/z")], "operations[0]"),  # starts before it
         ([], [RangeDelete(b"app/a", b"shared/b")], "operations[0]"),  # spans two prefixes
-        ([PointRead(b"secret", 1)], [Write(b"app/x", b"1")], "preconditions[0]"),
-        ([RangeRead(b"app/", b"z", 1)], [Write(b"app/x", b"1")], "preconditions[0]"),
+        ([PointRead(b"secret", V1)], [Write(b"app/x", b"1")], "preconditions[0]"),
+        ([RangeRead(b"app/", b"z", V1)], [Write(b"app/x", b"1")], "preconditions[0]"),
     ],
 )
 def test_a_commit_touching_any_key_outside_is_denied(
-    preconditions: list, operations: list, where: str
+    preconditions: list[Precondition], operations: list[Operation], where: str
 ) -> None:
     with pytest.raises(AccessDenied, match=rf"^{where.replace('[', '.').replace(']', '.')}"):
         check_commit(APP, preconditions, operations)
 
 
 def test_the_empty_prefix_covers_every_key() -> None:
-    check_commit(EVERYTHING, [PointRead(b"\xff\xff", 1)], [RangeDelete(b"", b"\xff\xff\xff")])
+    check_commit(EVERYTHING, [PointRead(b"\xff\xff", V1)], [RangeDelete(b"", b"\xff\xff\xff")])
     check_subscribe(EVERYTHING, None)
 
 

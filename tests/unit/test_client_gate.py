@@ -4,7 +4,10 @@ before (never an open door, never a dead port)."""
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,7 @@ class Clock:
         return self.now
 
 
-def _scope(authorization: str = "", subject: str = "") -> dict:
+def _scope(authorization: str = "", subject: str = "") -> dict[str, Any]:
     headers = [(b"authorization", authorization.encode())] if authorization else []
     extensions = {"tls": {"client_cert_name": f"CN={subject}"}} if subject else {}
     return {"type": "http", "path": "/v1/commit", "headers": headers, "extensions": extensions}
@@ -79,10 +82,34 @@ def test_certificates_reload_in_place(tmp_path: Path) -> None:
     tls = ReloadingTls(TlsConfig(cert_file=str(crt), key_file=str(key)))
     context = tls.context
     assert tls.reload() is False  # nothing changed
+    assert handshake(context, ca.ca) == pem(first.cert)
     crt.write_bytes(second.cert.read_bytes())  # the key does not match yet: keep the old
     assert tls.reload() is False
+    assert handshake(context, ca.ca) == pem(first.cert)  # still serving, the old pair
     key.write_bytes(second.key.read_bytes())
     assert tls.reload() is True and tls.context is context  # the same, live context
+    assert handshake(context, ca.ca) == pem(second.cert)
+
+
+def pem(path: Path) -> bytes:
+    return ssl.DER_cert_to_PEM_cert(ssl.PEM_cert_to_DER_cert(path.read_text())).encode()
+
+
+def handshake(server_context: ssl.SSLContext, ca: Path) -> bytes:
+    """A TLS handshake in memory against `server_context`: the certificate it presents."""
+    client_context = ssl.create_default_context(cafile=str(ca))
+    to_client, to_server = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_context.wrap_bio(to_client, to_server, server_hostname="localhost")
+    server = server_context.wrap_bio(to_server, to_client, server_side=True)
+    for _ in range(10):
+        for side in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        if client.version() is not None and server.version() is not None:
+            break
+    certificate = client.getpeercert(True)
+    assert certificate is not None
+    return ssl.DER_cert_to_PEM_cert(certificate).encode()
 
 
 def test_tls_configuration_is_checked() -> None:

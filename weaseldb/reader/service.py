@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -23,7 +24,7 @@ log = logging.getLogger("weaseldb.reader")
 PORT_NAME = "reader"
 
 
-def upstream_options(config: ReaderConfig) -> dict[str, object]:
+def upstream_options(config: ReaderConfig) -> dict[str, Any]:
     """httpx options for following an upstream that asks for TLS and a token."""
     credentials = Credentials(
         token_file=config.upstream_token_file or None, ca_file=config.upstream_ca_file or None

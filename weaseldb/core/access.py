@@ -27,6 +27,7 @@ import hashlib
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from weaseldb.core.changes import KeyFilter, prefix_end
 from weaseldb.core.errors import Forbidden
@@ -49,10 +50,14 @@ class Grant:
     def allows(self, action: str) -> bool:
         return action in self.actions
 
+    @cached_property
+    def _bounds(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        # Each prefix with the first key after it, worked out once per grant, not per key.
+        return tuple((prefix, prefix_end(prefix)) for prefix in self.prefixes)
+
     def covers(self, begin: bytes, end: bytes | None) -> bool:
         """Whether `[begin, end)` (end None: no upper bound) lies inside one prefix."""
-        for prefix in self.prefixes:
-            limit = prefix_end(prefix)
+        for prefix, limit in self._bounds:
             inside_top = limit is None or (end is not None and end <= limit)
             if begin.startswith(prefix) and inside_top:
                 return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from weaseldb.client import (
     Client,
     CommitResult,
     Committed,
+    Credentials,
     KeyValue,
     NotCommitted,
     PointRead,
@@ -61,6 +63,12 @@ def add_parser(commands: Any) -> None:
     common.add_argument(
         "--store", help="without --reader: the object store to bootstrap from (dir:PATH, s3://)"
     )
+    common.add_argument(
+        "--token-file", help="a file holding the bearer token (or $WEASELDB_TOKEN: the token)"
+    )
+    common.add_argument("--cacert", help="CA bundle that signs the server's certificate (https)")
+    common.add_argument("--cert", dest="client_cert", help="client certificate (mTLS), PEM")
+    common.add_argument("--key", dest="client_key", help="the client certificate's key, PEM")
     common.add_argument("--base64", action="store_true", help="keys and values are base64")
     common.add_argument("-o", "--output", choices=["text", "json"], default="text")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to keep retrying")
@@ -119,8 +127,19 @@ def _client(args: argparse.Namespace) -> Iterator[Client]:
     from weaseldb.client import RetryPolicy
 
     policy = RetryPolicy(deadline_s=args.timeout, settle_s=args.timeout / 2)
-    with Client(args.url, args.reader, policy=policy) as client:
+    with Client(args.url, args.reader, policy=policy, credentials=credentials(args)) as client:
         yield client
+
+
+def credentials(args: argparse.Namespace) -> Credentials:
+    """--token-file (or the WEASELDB_TOKEN environment variable), --cacert, --cert, --key."""
+    return Credentials(
+        token=None if args.token_file else os.environ.get("WEASELDB_TOKEN") or None,
+        token_file=args.token_file,
+        ca_file=args.cacert,
+        cert_file=args.client_cert,
+        key_file=args.client_key,
+    )
 
 
 # Bytes in and out
@@ -216,7 +235,9 @@ class OneOffReads:
     def __init__(self, args: argparse.Namespace) -> None:
         from weaseldb.reader import one_off
 
-        self._caught_up = one_off(args.url, store_url=args.store, timeout_s=args.timeout)
+        self._caught_up = one_off(
+            args.url, store_url=args.store, timeout_s=args.timeout, credentials=credentials(args)
+        )
 
     def close(self) -> None:
         import shutil

@@ -173,8 +173,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     config_path.write_text(cfg.model_dump_json(indent=2))
     processes = ProcessSet(cfg, config_path, SERVICE_COMMAND)
     processes.start()
+    scheme = "https" if cfg.gateway.tls.enabled else "http"
     print(
-        f"WeaselDB serving on http://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})", flush=True
+        f"WeaselDB serving on {scheme}://{cfg.host}:{cfg.ports.gateway} (store {cfg.store})",
+        flush=True,
     )
     return processes.run()
 
@@ -351,7 +353,11 @@ async def _serve(name: Stage, cfg: Config, worker: int) -> int:
     tracing.setup(label)
     stalls.quiet_garbage_collector()
     try:
-        return await run_stage(label, stage, app, sock, cfg.run_dir, cfg.gateway.request_timeout_s)
+        # TLS on the client port only: the stages' own ports serve probes and scrapes.
+        tls = cfg.gateway.tls if name == Stage.GATEWAY else None
+        return await run_stage(
+            label, stage, app, sock, cfg.run_dir, cfg.gateway.request_timeout_s, tls
+        )
     finally:
         tracing.shutdown()
         if store is not None:

@@ -26,13 +26,14 @@ from services.gateway.requests import Limits, parse_commit
 from services.gateway.retention_api import RetentionPolicies
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.streams import ChangeStreams
-from weaseldb.core import channels
+from weaseldb.core import access, channels
 from weaseldb.core.channels import Role
 from weaseldb.core.config import Config
 from weaseldb.core.errors import (
     JSON_MEDIA_TYPE,
     BadRequest,
     CommitUnknown,
+    Forbidden,
     LeaderChanged,
     NotLeader,
     TooLarge,
@@ -41,6 +42,7 @@ from weaseldb.core.layout import is_newer_term
 from weaseldb.core.protocol import CommitEntry, CommitReply
 from weaseldb.core.types import Outcome, parse_version
 from weaseldb.runtime import tracing
+from weaseldb.runtime.access import GRANT, gated
 from weaseldb.runtime.ring import Endpoints, Ring
 from weaseldb.runtime.service import Health, HttpServer, add_operations_routes
 from weaseldb.runtime.stores import open_store
@@ -190,9 +192,18 @@ class GatewayStage:
             **({"request_id": request_id} if request_id else {}),
         )
 
-    async def commit(self, body: bytes, traceparent: str) -> bytes:
-        """One commit: validated body in, JSON answer out; errors raise (errors.render)."""
+    async def commit(
+        self, body: bytes, traceparent: str, grant: access.Grant | None = None
+    ) -> bytes:
+        """One commit: validated body in, JSON answer out; errors raise (errors.render).
+        With auth on, a commit outside the client's grant is refused here, before it
+        enters the pipeline: nothing of it is applied."""
         valid = parse_commit(body, self.limits)
+        if grant is not None:
+            try:
+                access.check_commit(grant, valid.preconditions, valid.operations)
+            except access.AccessDenied as e:
+                raise Forbidden(str(e), request_id=valid.request_id) from e
         self.require_leader(valid.request_id)
         if valid.leader_id is not None:
             await self.confirm_leader(valid.request_id)
@@ -272,12 +283,13 @@ def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIAp
     _client_routes(app, stage)
     _retention_routes(app, stage.retention, config.gateway.max_body_bytes)
     openapi.install(app, config.gateway)
-    return stage, CommitRoute(
+    route = CommitRoute(
         app,
         commit=stage.commit,
         subscribe=stage.streams.subscribe,
         max_body_bytes=config.gateway.max_body_bytes,
     )
+    return stage, gated(route, config.auth)
 
 
 def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
@@ -293,6 +305,7 @@ def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
 
     @app.get("/v1/status", tags=["client"], summary="Outcome of a commit by request id")
     async def status(
+        request: Request,
         request_id: str = Query(min_length=1, max_length=128),
         min_version: str = Query("0", description="versions below it are not searched"),
     ) -> Response:
@@ -300,6 +313,9 @@ def _client_routes(app: FastAPI, stage: GatewayStage) -> None:
             low = parse_version(min_version)
         except ValueError as e:
             raise BadRequest(f"min_version: {e}") from e
+        grant = request.scope.get(GRANT)
+        if grant is not None:
+            access.check_status(grant)
         stage.require_leader()
         return _json(await stage.lookups.status(request_id, low))
 

@@ -10,7 +10,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.gateway import errors
 from services.gateway.streams import SUBSCRIBE_PATH
+from weaseldb.core.access import Grant
 from weaseldb.core.errors import JSON_MEDIA_TYPE, BadRequest, MethodNotAllowed, TooLarge
+from weaseldb.runtime.access import GRANT
 
 COMMIT_PATH = "/v1/commit"
 
@@ -28,7 +30,7 @@ class CommitRoute:
         self,
         app: ASGIApp,
         *,
-        commit: Callable[[bytes, str], Awaitable[bytes]],
+        commit: Callable[[bytes, str, Grant | None], Awaitable[bytes]],
         subscribe: ASGIApp,
         max_body_bytes: int,
     ) -> None:
@@ -49,7 +51,9 @@ class CommitRoute:
             if scope["method"] != "POST":
                 raise MethodNotAllowed(f"{COMMIT_PATH} accepts POST only", ["POST"])
             body = await self._body(request_headers, receive)
-            answer = await self.commit(body, _traceparent(request_headers))
+            # The client gate (weaseldb/runtime/access.py) left the grant, when auth is on.
+            grant = scope.get(GRANT)
+            answer = await self.commit(body, _traceparent(request_headers), grant)
         except ClientGone:
             return
         except Exception as e:

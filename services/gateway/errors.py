@@ -25,12 +25,14 @@ from starlette.types import Send
 from services.gateway.retention import BelowLogStart
 from weaseldb.core.errors import (
     BAD_REQUEST,
+    FORBIDDEN,
     JSON_MEDIA_TYPE,
     LIMIT_EXCEEDED,
     UNAUTHORIZED,
     BadRequest,
     CommitUnknown,
     Conflict,
+    Forbidden,
     LeaderChanged,
     LogTruncated,
     MethodNotAllowed,
@@ -105,7 +107,13 @@ TABLE: dict[type[WeaselError], HttpAnswer] = {
         "configured limit)",
     ),
     Unauthorized: HttpAnswer(
-        401, UNAUTHORIZED, meaning="an admin endpoint without the admin token, or a wrong one"
+        401,
+        UNAUTHORIZED,
+        meaning="no token or a wrong one (an admin endpoint, or the client API with "
+        "auth.grants_file set)",
+    ),
+    Forbidden: HttpAnswer(
+        403, FORBIDDEN, meaning="the client's grant does not cover the request: nothing applied"
     ),
     TooLarge: HttpAnswer(413, "too_large", meaning="the body is over gateway.max_body_bytes"),
     NotFound: HttpAnswer(404, "not_found", meaning="no such resource"),

@@ -37,6 +37,7 @@ from weaseldb.core.errors import (
     BadRequest,
     CommitUnknown,
     Conflict,
+    Forbidden,
     LeaderChanged,
     LogTruncated,
     NotFound,
@@ -44,6 +45,7 @@ from weaseldb.core.errors import (
     StoreError,
     StoreFull,
     TooLarge,
+    Unauthorized,
     WeaselError,
 )
 from weaseldb.core.types import VERSION_MAX
@@ -76,26 +78,30 @@ def _ok(answer: type[msgspec.Struct], description: str = "OK") -> dict[str, Any]
 
 
 READ_STORE = (StoreError,)
+#: With `auth.grants_file` set: every /v1/ route asks for a credential, and the routes
+#: that check a grant's actions or keys answer 403 outside it (docs/operator.md, "Security").
+KNOWN = (Unauthorized,)
+GRANTED = (Unauthorized, Forbidden)
 ROUTES: dict[tuple[str, str], Route] = {
     ("/v1/commit", "post"): Route(
         {"200": _ok(answers.CommitAnswer, "committed, or not_committed with what failed")},
-        (BadRequest, LeaderChanged, TooLarge, NotLeader, CommitUnknown),
+        (BadRequest, LeaderChanged, TooLarge, NotLeader, CommitUnknown, *GRANTED),
     ),
-    ("/v1/version", "get"): Route({"200": _ok(answers.VersionAnswer)}, (NotLeader,)),
+    ("/v1/version", "get"): Route({"200": _ok(answers.VersionAnswer)}, (NotLeader, *KNOWN)),
     ("/v1/status", "get"): Route(
-        {"200": _ok(answers.StatusAnswer)}, (BadRequest, NotLeader, *READ_STORE)
+        {"200": _ok(answers.StatusAnswer)}, (BadRequest, NotLeader, *READ_STORE, *GRANTED)
     ),
-    ("/v1/snapshots", "get"): Route({"200": _ok(answers.SnapshotList)}, READ_STORE),
-    ("/v1/retention/", "get"): Route({"200": _ok(answers.PolicyList)}, READ_STORE),
+    ("/v1/snapshots", "get"): Route({"200": _ok(answers.SnapshotList)}, (*READ_STORE, *KNOWN)),
+    ("/v1/retention/", "get"): Route({"200": _ok(answers.PolicyList)}, (*READ_STORE, *KNOWN)),
     ("/v1/retention/{policy_id}", "get"): Route(
-        {"200": _ok(answers.Policy)}, (BadRequest, NotFound, *READ_STORE)
+        {"200": _ok(answers.Policy)}, (BadRequest, NotFound, *READ_STORE, *KNOWN)
     ),
     ("/v1/retention/{policy_id}", "put"): Route(
         {"200": _ok(answers.Policy)},
-        (BadRequest, Conflict, BelowLogStart, TooLarge, StoreFull, *READ_STORE),
+        (BadRequest, Conflict, BelowLogStart, TooLarge, StoreFull, *READ_STORE, *KNOWN),
     ),
     ("/v1/retention/{policy_id}", "delete"): Route(
-        {"204": {"description": "deleted"}}, (BadRequest, NotFound, *READ_STORE)
+        {"204": {"description": "deleted"}}, (BadRequest, NotFound, *READ_STORE, *KNOWN)
     ),
     ("/v1/subscribe", "get"): Route(
         {
@@ -104,7 +110,7 @@ ROUTES: dict[tuple[str, str], Route] = {
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             }
         },
-        (BadRequest, LogTruncated, NotLeader, *READ_STORE),
+        (BadRequest, LogTruncated, NotLeader, *READ_STORE, *GRANTED),
     ),
     ("/healthz", "get"): Route({"200": {"description": "alive", "content": _json({})}}),
     ("/readyz", "get"): Route(

@@ -23,7 +23,7 @@ from services.gateway.errors import send_error
 from services.gateway.pipeline import PipelineClient
 from services.gateway.snapshots import SnapshotListing
 from services.gateway.subscriptions import CloseReason, Hub, Subscriber
-from weaseldb.core import history
+from weaseldb.core import access, history
 from weaseldb.core.changes import KEEPALIVE, KeyFilter, checkpoint_frame, parse_key_filter
 from weaseldb.core.config import Config
 from weaseldb.core.errors import BadRequest, LogTruncated, MethodNotAllowed, NotLeader, WeaselError
@@ -37,6 +37,7 @@ from weaseldb.core.protocol import (
     TermStart,
 )
 from weaseldb.core.store import BlobStore
+from weaseldb.runtime.access import GRANT
 from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.gateway")
@@ -105,6 +106,7 @@ class ChangeStreams:
     async def subscribe(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             after, durable, keys = self._parse(scope)
+            _check_grant(scope, keys)
             if not self._client.leadership.leading:
                 raise NotLeader(f"this node is not leading: {self._client.leadership.reason}")
         except WeaselError as e:
@@ -281,3 +283,10 @@ class ChangeStreams:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, min(next_checkpoint, next_keepalive) - now)):
                     await sub.wake.wait()
+
+
+def _check_grant(scope: Scope, keys: KeyFilter | None) -> None:
+    """With auth on, the stream's filter must lie inside the client's grant (403)."""
+    grant = scope.get(GRANT)
+    if grant is not None:
+        access.check_subscribe(grant, keys)

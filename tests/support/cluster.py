@@ -8,6 +8,7 @@ import random
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -78,10 +79,16 @@ class ProcessSet:
     extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    ca_file: Path | None = None  # the client port speaks TLS, signed by this CA
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca_file else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
 
     def start(self, timeout: float = 60) -> ProcessSet:
         self.launch()
@@ -117,7 +124,7 @@ class ProcessSet:
 
     def wait_ready(self, timeout: float) -> None:
         processes = {"weaseldb up": self.process} if self.process is not None else {}
-        _wait_ready(self.url, processes, self.log, timeout)
+        _wait_ready(self.url, processes, self.log, timeout, self.verify)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""
@@ -252,6 +259,7 @@ def _wait_ready(
     processes: Mapping[str, subprocess.Popen[bytes]] | Mapping[Stage, subprocess.Popen[bytes]],
     log: Callable[[], str],
     timeout: float,
+    verify: ssl.SSLContext | bool = True,
 ) -> None:
     """Until `url`/readyz answers 200; at once, with the log, when a process exits."""
 
@@ -259,7 +267,7 @@ def _wait_ready(
         for name, process in processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited {process.returncode}:\n{log()}")
-        return http_ok(f"{url}/readyz")
+        return http_ok(f"{url}/readyz", verify)
 
     try:
         wait_for(ready, timeout, "readiness")

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import io
 import signal
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class ReaderProcess:
     store: str | None = None
     extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
+    ca_file: Path | None = None  # the reader's port speaks TLS, signed by this CA
 
     @property
     def log_path(self) -> Path:
@@ -48,7 +50,11 @@ class ReaderProcess:
     @property
     def url(self) -> str:
         port = (self.state_dir / "reader.port").read_text()
-        return f"http://127.0.0.1:{port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
 
     def start(self, *, ready: bool = True, timeout: float = 60) -> ReaderProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +82,7 @@ class ReaderProcess:
 
     def ready(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            return httpx.get(f"{self.url}/readyz", timeout=2, verify=self.verify).status_code == 200
         except httpx.HTTPError:
             return False
 

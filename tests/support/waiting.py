@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -41,10 +42,10 @@ def wait_for(
         time.sleep(interval)
 
 
-def http_ok(url: str) -> bool:
+def http_ok(url: str, verify: ssl.SSLContext | bool = True) -> bool:
     """True when `url` answers 200 (a refused or hanging connection is not an error here)."""
     try:
-        return httpx.get(url, timeout=1).status_code == 200
+        return httpx.get(url, timeout=1, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 

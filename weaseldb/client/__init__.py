@@ -13,6 +13,7 @@ from weaseldb.client.model import (
     CommitUnknown,
     Conflict,
     Delete,
+    Forbidden,
     KeyValue,
     LeaderChanged,
     LogTruncated,
@@ -25,12 +26,14 @@ from weaseldb.client.model import (
     StreamGap,
     TooLarge,
     TooOld,
+    Unauthorized,
     Unavailable,
     WeaselDBError,
     Write,
 )
 from weaseldb.client.protocol import RetryPolicy
 from weaseldb.client.sync import Client, Transaction
+from weaseldb.client.transport import Credentials
 from weaseldb.core.changes import ChangeEvent, Checkpoint
 
 P = ParamSpec("P")
@@ -47,7 +50,9 @@ __all__ = [
     "CommitUnknown",
     "Committed",
     "Conflict",
+    "Credentials",
     "Delete",
+    "Forbidden",
     "KeyValue",
     "LeaderChanged",
     "LogTruncated",
@@ -62,6 +67,7 @@ __all__ = [
     "TooLarge",
     "TooOld",
     "Transaction",
+    "Unauthorized",
     "Unavailable",
     "WeaselDBError",
     "Write",

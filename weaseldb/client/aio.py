@@ -57,9 +57,11 @@ class AsyncClient:
         timeout: httpx.Timeout | float = transport.DEFAULT_TIMEOUT,
         policy: RetryPolicy | None = None,
         http: httpx.AsyncClient | None = None,
+        credentials: transport.Credentials | None = None,
     ) -> None:
         self.urls = transport.Urls(url, reader_url)
-        self._http = http or httpx.AsyncClient(timeout=timeout)
+        options = (credentials or transport.Credentials()).http_options()
+        self._http = http or httpx.AsyncClient(timeout=timeout, **options)
         self._session = Session(Context(policy or RetryPolicy(), time.monotonic, random.Random()))
 
     async def aclose(self) -> None:

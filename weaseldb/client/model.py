@@ -186,6 +186,20 @@ class BadRequest(WeaselDBError):
     code = "bad_request"
 
 
+class Unauthorized(WeaselDBError):
+    """401: the server asks for a token (or client certificate) a grant names; none was
+    given or it is not known. Nothing was applied."""
+
+    code = "unauthorized"
+
+
+class Forbidden(WeaselDBError):
+    """403: the token's grant does not cover the request (an action it does not allow, a
+    key outside its prefixes). Nothing was applied."""
+
+    code = "forbidden"
+
+
 class TooLarge(WeaselDBError):
     """413: the body is over the gateway's limit. Nothing was applied."""
 

@@ -37,6 +37,7 @@ from weaseldb.client.model import (
     CommitResult,
     Committed,
     CommitUnknown,
+    Forbidden,
     KeyLike,
     KeyValue,
     LeaderChanged,
@@ -50,6 +51,7 @@ from weaseldb.client.model import (
     StreamGap,
     TooLarge,
     TooOld,
+    Unauthorized,
     Unavailable,
     WeaselDBError,
     as_bytes,
@@ -251,6 +253,10 @@ def error_of(answer: Answer) -> WeaselDBError:
     kw: dict[str, Any] = {"status": answer.status, "body": body}
     if answer.status == 400:
         return BadRequest(f"{code}: {message}", **kw)
+    if answer.status == 401:
+        return Unauthorized(message, **kw)
+    if answer.status == 403:
+        return Forbidden(message, **kw)
     if answer.status == 413:
         return TooLarge(message, **kw)
     if answer.status == 404:

@@ -56,9 +56,11 @@ class Client:
         timeout: httpx.Timeout | float = transport.DEFAULT_TIMEOUT,
         policy: RetryPolicy | None = None,
         http: httpx.Client | None = None,
+        credentials: transport.Credentials | None = None,
     ) -> None:
         self.urls = transport.Urls(url, reader_url)
-        self._http = http or httpx.Client(timeout=timeout)
+        options = (credentials or transport.Credentials()).http_options()
+        self._http = http or httpx.Client(timeout=timeout, **options)
         self._session = Session(Context(policy or RetryPolicy(), time.monotonic, random.Random()))
 
     def close(self) -> None:

@@ -3,7 +3,11 @@ request, an httpx response or exception as an `Answer` / `Failure`."""
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Generator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,6 +36,42 @@ class Urls:
         if self.reader is None:
             raise WeaselDBError("this call reads from a reader: give the client a reader_url")
         return self.reader.rstrip("/") + request.path
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What the client shows a server that asks (docs/operator.md, "Security"): a bearer
+    token, and for ``https://`` URLs the CA that signs the server's certificate (None: the
+    system's CAs) and a client certificate with its key (mTLS)."""
+
+    token: str | None = None
+    token_file: str | None = None  # read at each request: a rotated Secret needs no restart
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def http_options(self) -> dict[str, Any]:
+        """Keyword arguments for `httpx.Client` / `httpx.AsyncClient`."""
+        options: dict[str, Any] = {}
+        if self.token:
+            options["headers"] = {"Authorization": f"Bearer {self.token}"}
+        elif self.token_file:
+            options["auth"] = _FileToken(self.token_file)
+        if self.ca_file or self.cert_file:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            options["verify"] = context
+        return options
+
+
+class _FileToken(httpx.Auth):
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._path.read_text().strip()}"
+        yield request
 
 
 def build(http: httpx.Client | httpx.AsyncClient, urls: Urls, request: Request) -> httpx.Request:

@@ -93,6 +93,53 @@ class IdempotencyConfig(_Section):
     and answered ``commit_unknown`` rather than applied twice."""
 
 
+class TlsConfig(_Section):
+    """TLS on a client port (docs/operator.md, "Security"). Off while `cert_file` is empty."""
+
+    cert_file: str = ""
+    """PEM certificate chain the server presents (``tls.crt`` of a cert-manager Secret);
+    empty: plain HTTP."""
+    key_file: str = ""
+    """PEM private key of `cert_file` (``tls.key``)."""
+    client_ca_file: str = ""
+    """PEM CA bundle that signs client certificates (``ca.crt``); empty: none are asked."""
+    client_certs: Literal["none", "optional", "required"] = "none"
+    """Whether a client certificate is asked for during the handshake (mTLS). ``required``
+    refuses handshakes without one signed by `client_ca_file`; with ``optional`` a client
+    may still authenticate by bearer token. A certificate's common name is the
+    ``subject`` of its grant (`auth.grants_file`)."""
+    reload_interval_s: float = Field(10.0, gt=0)
+    """How often the files are checked; changed files are loaded into the live TLS
+    context, so new connections get the new certificate and open ones keep theirs (no
+    restart when cert-manager renews the Secret)."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+    @model_validator(mode="after")
+    def _complete(self) -> TlsConfig:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("cert_file and key_file are given together")
+        if self.client_certs != "none" and not (self.client_ca_file and self.cert_file):
+            raise ValueError("client_certs needs cert_file, key_file and client_ca_file")
+        return self
+
+
+class AuthConfig(_Section):
+    """Client authentication and authorisation (docs/operator.md, "Security")."""
+
+    grants_file: str = ""
+    """A TOML file of grants (weaseldb/core/access.py): bearer tokens or client-certificate
+    subjects, each with the actions (commit, status, subscribe) and key prefixes it
+    allows. When set, every ``/v1/`` request needs a token or a certificate a grant names
+    (401 otherwise) and a request outside its grant is 403 with nothing applied. Read
+    again when it changes (rotation without a restart). Empty (the default, as with
+    ``weaseldb up``): no authentication. ``WEASELDB_GRANTS_FILE`` overrides it."""
+    reload_interval_s: float = Field(1.0, gt=0)
+    """How often the grants file is checked for a change."""
+
+
 class GatewayConfig(_Section):
     max_body_bytes: int = Field(MiB, ge=1024)
     """Largest request body; larger ones get 413 too_large."""
@@ -137,6 +184,7 @@ class GatewayConfig(_Section):
     store_pool_size: int = Field(10, ge=1)
     """Connections each gateway worker keeps to the object store (status lookups of older
     ids, history for subscribers, retention policies, snapshot listing)."""
+    tls: TlsConfig = TlsConfig()
 
 
 class ReaderConfig(_Section):
@@ -181,6 +229,16 @@ class ReaderConfig(_Section):
     """A change stream gets a ``: keepalive`` comment line this often."""
     subscriber_linger_s: float = Field(0.01, ge=0)
     """A live change stream sends what gathered at most this often (per subscriber)."""
+    auth: AuthConfig = AuthConfig()
+    """The reader's own client auth, as `auth` is the gateway's (a read needs the ``read``
+    action over the keys, a subscribe ``subscribe``)."""
+    upstream_token_file: str = ""
+    """A file holding the bearer token the reader sends upstream (when the upstream asks
+    for one); read again at each reconnection."""
+    upstream_ca_file: str = ""
+    """PEM CA bundle that signs the upstream's certificate (an ``https://`` upstream);
+    empty: the system's CAs."""
+    tls: TlsConfig = TlsConfig()
 
 
 class Ports(_Section):
@@ -226,6 +284,7 @@ class Config(_Section):
     idempotency: IdempotencyConfig = IdempotencyConfig()
     gateway: GatewayConfig = GatewayConfig()
     reader: ReaderConfig = ReaderConfig()
+    auth: AuthConfig = AuthConfig()
 
 
 #: max_in_flight_requests when the configuration does not set it, by store kind.
@@ -265,6 +324,7 @@ def build(data: dict[str, Any]) -> Config:
 ENVIRONMENT = {
     "WEASELDB_POD_NAME": "pod_name",
     "WEASELDB_ADMIN_TOKEN_FILE": "admin_token_file",
+    "WEASELDB_GRANTS_FILE": "auth.grants_file",
 }
 
 

@@ -8,7 +8,8 @@ of its nearest ancestor instead of falling through to a 500.
     WeaselError
     ├── RequestError            the client's request cannot be served as sent
     │   ├── BadRequest          400 bad_request / limit_exceeded
-    │   ├── Unauthorized        401 (an admin endpoint without the admin token)
+    │   ├── Unauthorized        401 (no token or a wrong one, where one is asked for)
+    │   ├── Forbidden           403 (a client grant that does not cover the request)
     │   ├── TooLarge            413
     │   ├── NotFound            404 (a missing resource, or a missing object in the store)
     │   ├── MethodNotAllowed    405
@@ -40,6 +41,8 @@ BAD_REQUEST = "bad_request"
 LIMIT_EXCEEDED = "limit_exceeded"
 #: An `Unauthorized`'s code: an admin endpoint asked without the admin token, or a wrong one.
 UNAUTHORIZED = "unauthorized"
+#: A `Forbidden`'s code: the client's grant does not cover what it asked.
+FORBIDDEN = "forbidden"
 
 
 def error_body(code: str, message: str, **extra: Any) -> bytes:
@@ -73,6 +76,11 @@ class BadRequest(RequestError):
 
 class Unauthorized(RequestError):
     """An admin endpoint was asked without the configured admin token (or with another)."""
+
+
+class Forbidden(RequestError):
+    """The client is known, but its grant (weaseldb.core.access) does not cover the request:
+    nothing of it was applied."""
 
 
 class TooLarge(RequestError):

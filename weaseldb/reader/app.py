@@ -17,6 +17,7 @@ import binascii
 import contextlib
 import logging
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -24,7 +25,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from starlette.types import Receive, Scope, Send
 
-from weaseldb.core import channels, manifest, types
+from weaseldb.core import access, channels, manifest, types
 from weaseldb.core.changes import (
     KEEPALIVE,
     Frame,
@@ -38,9 +39,11 @@ from weaseldb.core.channels import Readiness, Role
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.errors import (
     BAD_REQUEST,
+    FORBIDDEN,
     JSON_MEDIA_TYPE,
     LIMIT_EXCEEDED,
     BadRequest,
+    Forbidden,
     LogTruncated,
     MethodNotAllowed,
     NotFound,
@@ -49,10 +52,12 @@ from weaseldb.core.errors import (
     WeaselError,
     error_body,
 )
+from weaseldb.core.protocol import point_range
 from weaseldb.core.store import BlobStore
 from weaseldb.reader.fanout import Item, Subscriber
 from weaseldb.reader.replica import Replica, snapshot_entry
 from weaseldb.reader.state import TooOld
+from weaseldb.runtime.access import GRANT
 from weaseldb.runtime.sse import start_event_stream, wait_disconnect
 
 log = logging.getLogger("weaseldb.reader")
@@ -81,6 +86,7 @@ class NotCaughtUp(Unavailable):
 #: (error class, status, code) matched in order along the class hierarchy.
 _ANSWERS: list[tuple[type[WeaselError], int, str]] = [
     (BadRequest, 400, BAD_REQUEST),
+    (Forbidden, 403, FORBIDDEN),
     (NotFound, 404, "not_found"),
     (MethodNotAllowed, 405, "method_not_allowed"),
     (LogTruncated, 410, "log_truncated"),
@@ -158,6 +164,13 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _check(scope: Scope, rule: Callable[[access.Grant], None]) -> None:
+    """With auth on (the gate left a grant on the scope), `rule` must pass: 403 if not."""
+    grant = scope.get(GRANT)
+    if grant is not None:
+        rule(grant)
+
+
 class ReaderApp:
     def __init__(self, replica: Replica, config: ReaderConfig, store: BlobStore | None) -> None:
         self.replica = replica
@@ -230,6 +243,7 @@ class ReaderApp:
     async def get(self, scope: Scope, send: Send) -> None:
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         key = b64_path(raw_path.split(b"?", 1)[0][len(b"/v1/kv/") :].decode("latin-1"))
+        _check(scope, lambda grant: access.check_read(grant, *point_range(key)))
         version, oldest = await self._version(query_of(scope))
         try:
             item = self.replica.state.get(key, version, oldest=oldest)
@@ -265,8 +279,9 @@ class ReaderApp:
             limit = int(raw)
             if limit > MAX_LIMIT:
                 raise BadRequest(f"limit: at most {MAX_LIMIT}", LIMIT_EXCEEDED)
-        version, oldest = await self._version(query)
         begin, end = (b"", None) if span is None else (span.begin, span.end)
+        _check(scope, lambda grant: access.check_read(grant, begin, end))
+        version, oldest = await self._version(query)
         try:
             items, more = self.replica.state.range(begin, end, version, limit, oldest=oldest)
         except TooOld as e:
@@ -348,6 +363,7 @@ class ReaderApp:
         raw_after = query.get("after") or headers.get(b"last-event-id", b"").decode("latin-1")
         after = parse_version(raw_after, "after") if raw_after else None
         key_filter = key_range(query)
+        _check(scope, lambda grant: access.check_subscribe(grant, key_filter))
         replica = self.replica
         if not replica.ready:
             raise Unavailable("the reader is not following its upstream yet")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from weaseldb.client.transport import Credentials
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.errors import Unavailable
 from weaseldb.core.store import BlobStore
@@ -48,6 +49,7 @@ async def catch_up(
     store: BlobStore | None = None,
     state_dir: str | Path | None = None,
     timeout_s: float = 60.0,
+    credentials: Credentials | None = None,
 ) -> OneOff:
     """Bootstrap (newest snapshot, when `store` is given) and follow `upstream` in this
     process until the version its `/v1/version` gave at the start is applied. Unavailable
@@ -58,7 +60,9 @@ async def catch_up(
     config = ReaderConfig(upstream=upstream, state_dir=str(folder))
     result = OneOff(VersionedState(folder / STATE_FILE), 0, folder, temporary)
     try:
-        result.version = await _follow_to_now(result.state, config, store, folder, timeout_s)
+        result.version = await _follow_to_now(
+            result.state, config, store, folder, timeout_s, credentials or Credentials()
+        )
     except BaseException:
         result.close()
         raise
@@ -71,10 +75,11 @@ async def _follow_to_now(
     store: BlobStore | None,
     folder: Path,
     timeout_s: float,
+    credentials: Credentials,
 ) -> int:
     replica = Replica(state, config.subscriber_buffer_bytes)
     stop = asyncio.Event()
-    async with httpx.AsyncClient(timeout=10.0) as client:
+    async with httpx.AsyncClient(timeout=10.0, **credentials.http_options()) as client:
         answer = await client.get(f"{config.upstream.rstrip('/')}/v1/version")
         answer.raise_for_status()
         version = int(answer.json()["version"])
@@ -98,6 +103,7 @@ def one_off(
     store_url: str | None = None,
     state_dir: str | Path | None = None,
     timeout_s: float = 60.0,
+    credentials: Credentials | None = None,
 ) -> OneOff:
     """`catch_up` for synchronous callers (the CLI): opens the store from its URL
     (`dir:PATH`, `s3://...`) when given. The state lives in `state_dir` (a new temporary
@@ -107,7 +113,13 @@ def one_off(
     async def run() -> OneOff:
         store = open_store(store_url) if store_url else None
         try:
-            return await catch_up(upstream, store=store, state_dir=state_dir, timeout_s=timeout_s)
+            return await catch_up(
+                upstream,
+                store=store,
+                state_dir=state_dir,
+                timeout_s=timeout_s,
+                credentials=credentials,
+            )
         finally:
             if store is not None:
                 await store.close()

@@ -5,20 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from weaseldb.client.transport import Credentials
 from weaseldb.core.config import ReaderConfig
 from weaseldb.core.store import BlobStore
 from weaseldb.reader.app import ReaderApp
 from weaseldb.reader.replica import STATE_FILE, Follower, Replica
 from weaseldb.reader.state import VersionedState
+from weaseldb.runtime.access import gated
 from weaseldb.runtime.service import Health, HttpServer, listening_socket, run_stage
 
 log = logging.getLogger("weaseldb.reader")
 
 #: The port file the reader writes in its state directory (`--port 0` picks one).
 PORT_NAME = "reader"
+
+
+def upstream_options(config: ReaderConfig) -> dict[str, Any]:
+    """httpx options for following an upstream that asks for TLS and a token."""
+    credentials = Credentials(
+        token_file=config.upstream_token_file or None, ca_file=config.upstream_ca_file or None
+    )
+    return credentials.http_options()
 
 
 class ReaderService:
@@ -37,7 +48,7 @@ class ReaderService:
 
     async def run(self, http: HttpServer) -> int:
         stop = asyncio.Event()
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        async with httpx.AsyncClient(timeout=10.0, **upstream_options(self.config)) as client:
             follower = Follower(self.replica, self.config, client, self.store, self.state_dir)
             tasks = [
                 asyncio.create_task(follower.run(stop), name="reader-follow"),
@@ -72,4 +83,5 @@ async def serve(config: ReaderConfig, host: str, store: BlobStore | None) -> int
     service = ReaderService(config, store)
     sock = listening_socket(host, config.port)
     log.info("reader on %s:%d following %s", host, sock.getsockname()[1], config.upstream)
-    return await run_stage(PORT_NAME, service, service.app, sock, str(service.state_dir))
+    app = gated(service.app, config.auth)
+    return await run_stage(PORT_NAME, service, app, sock, str(service.state_dir), tls=config.tls)

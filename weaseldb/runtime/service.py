@@ -26,8 +26,9 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from weaseldb.core import channels
+from weaseldb.core.access import bearer_token
 from weaseldb.core.channels import Readiness, Role
-from weaseldb.core.config import Config, ConfigError
+from weaseldb.core.config import Config, ConfigError, TlsConfig
 from weaseldb.core.errors import (
     BAD_REQUEST,
     JSON_MEDIA_TYPE,
@@ -37,6 +38,7 @@ from weaseldb.core.errors import (
 )
 from weaseldb.core.types import Stage
 from weaseldb.runtime import stalls, workermetrics
+from weaseldb.runtime.tls import ReloadingTls, common_name
 
 log = logging.getLogger("weaseldb")
 
@@ -147,9 +149,9 @@ class AdminDoor:
         token = self._current()
         if token is None:
             return True
-        scheme, _, given = (authorization or "").partition(" ")
+        given = bearer_token(authorization)
         # compare_digest: the time taken says nothing about how much of a guess was right.
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+        return given is not None and hmac.compare_digest(given.encode(), token)
 
     async def __call__(self, request: Request) -> None:
         if not self.admits(request.headers.get("authorization")):
@@ -232,13 +234,21 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     request_timeout_s = 30.0
     _deadline: asyncio.TimerHandle | None = None
+    _tls_extension: dict[object, object] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Over TLS the handshake is done by now: a verified client certificate is known.
+        name = common_name(transport.get_extra_info("peercert"))
+        if name is not None:
+            self._tls_extension = {"client_cert_name": f"CN={name}"}
         super().connection_made(cast(asyncio.Transport, CorkedTransport(transport)))
         self._arm()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._tls_extension is not None:
+            # ASGI's TLS extension: the client certificate's subject, for the client gate.
+            self.scope["extensions"] = {"tls": self._tls_extension}
         self._arm()
 
     def on_message_complete(self) -> None:
@@ -280,9 +290,16 @@ def guarded_protocol(request_timeout_s: float) -> type[GuardedHttpTools]:
 
 
 class HttpServer:
-    """uvicorn on a socket we bound, stoppable from our own code."""
+    """uvicorn on a socket we bound, stoppable from our own code; over TLS when `tls` is
+    given (its context reloads its files in place, weaseldb/runtime/tls.py)."""
 
-    def __init__(self, app: ASGIApp, sock: socket.socket, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        sock: socket.socket,
+        request_timeout_s: float = 30.0,
+        tls: ReloadingTls | None = None,
+    ) -> None:
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -294,6 +311,7 @@ class HttpServer:
             proxy_headers=False,
             server_header=False,
             date_header=False,
+            ssl_context_factory=tls.factory if tls is not None else None,
         )
         self._server = _QuietServer(config)
         self._sock = sock
@@ -359,9 +377,12 @@ async def run_stage(
     sock: socket.socket,
     run_dir: str,
     request_timeout_s: float = 30.0,
+    tls: TlsConfig | None = None,
 ) -> int:
-    """Serve `app` and run `stage` until the stage finishes; returns its exit code."""
-    server = HttpServer(app, sock, request_timeout_s)
+    """Serve `app` and run `stage` until the stage finishes; returns its exit code.
+    With `tls` enabled the port speaks TLS only, and its files are watched for renewals."""
+    reloading = ReloadingTls(tls) if tls is not None and tls.enabled else None
+    server = HttpServer(app, sock, request_timeout_s, reloading)
     write_port_file(run_dir, name, server.port)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -376,13 +397,17 @@ async def run_stage(
         gc_pauses.flush()  # the pauses the collector recorded since the last tick
 
     lag = asyncio.create_task(stalls.watch_event_loop(tick), name=f"{name}-lag")
+    watches = [lag]
+    if reloading is not None:
+        watches.append(asyncio.create_task(reloading.watch(), name=f"{name}-tls"))
     try:
         code = await stage.run(server)
     except Exception:
         log.exception("%s: stage failed", name)
         code = 1
     finally:
-        lag.cancel()
+        for task in watches:
+            task.cancel()
         gc_pauses.uninstall()
     server.stop()
     with contextlib.suppress(asyncio.CancelledError):

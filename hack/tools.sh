@@ -71,6 +71,7 @@ display_version() {
 stamp_value() {
   case "$1" in
     minio) echo "$MINIO_RELEASE $MINIO_MODULE_VERSION" ;;
+    promtool) echo "$PROMETHEUS_VERSION $PROMTOOL_TAGS" ;;
     *) display_version "$1" ;;
   esac
 }
@@ -205,7 +206,7 @@ build_promtool() {
   local release="${v:0:1}.${v:1:2}.${v##*.}" ld="-s -w"
   p=github.com/prometheus/common/version
   ld+=" -X $p.Version=$release -X $p.Branch=HEAD -X $p.BuildUser=weaseldb-tools"
-  GOBIN="$STAGE" go install -trimpath -tags netgo -ldflags "$ld" "$mod/cmd/promtool@$PROMETHEUS_VERSION"
+  GOBIN="$STAGE" go install -trimpath -tags "$PROMTOOL_TAGS" -ldflags "$ld" "$mod/cmd/promtool@$PROMETHEUS_VERSION"
 }
 
 # Resolve hack/s3a/ivy.xml from Maven Central (hack/s3a/ivysettings.xml) with the Ivy

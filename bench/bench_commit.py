@@ -214,6 +214,14 @@ def plot(runs: dict[str, list[Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def save(summary: dict[str, Any], runs: dict[str, list[Any]], out: Path) -> None:
+    """The summary as JSON at `out`, the closed-loop plot beside it; the figures printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    plot(runs, out.with_suffix(".png"))
+    print(json.dumps(summary["figures"], indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8)
@@ -241,11 +249,7 @@ def main() -> None:
         "minio": s3,
         "figures": figures(runs, half, s3),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
-    plot(runs, out.with_suffix(".png"))
-    print(json.dumps(summary["figures"], indent=2))
+    save(summary, runs, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -16,13 +16,12 @@ Writes JSON and a PNG next to it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 from pathlib import Path
 from typing import Any
 
-from bench_commit import Target, at, closed_loops, plot
+from bench_commit import Target, at, closed_loops, save
 from systems import build_loadgen, etcd, warn_if_busy, weaseldb
 
 COUNTS = [1, 16, 64]
@@ -87,11 +86,7 @@ def main() -> None:
         "closed_loop": runs,
         "figures": figures(runs),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
-    plot(runs, out.with_suffix(".png"))
-    print(json.dumps(summary["figures"], indent=2))
+    save(summary, runs, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -264,9 +264,10 @@ class Config(_Section):
     """Directory for the ring's ipc:// sockets; keep it short (socket paths allow ~107 bytes)."""
     host: str = "127.0.0.1"
     """Address every service listens on."""
-    ring: Literal["ipc", "tcp"] = "ipc"
+    ring: Literal["ipc", "tcp", "shm"] = "ipc"
     """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000;
-    gateway worker i at gateway port + 1100 + i)."""
+    gateway worker i at gateway port + 1100 + i), or ``shm``: frames through shared-memory
+    rings in run_dir, the ipc:// sockets kept for wake-ups and liveness (x86-64 only)."""
     ports: Ports = Ports()
     pod_name: str = ""
     """Recorded in term claims; the ``WEASELDB_POD_NAME`` environment variable overrides it

@@ -320,11 +320,12 @@ async def _serve(name: Stage, cfg: Config, worker: int) -> int:
 
     from weaseldb.core.store import BlobStore
     from weaseldb.runtime import stalls, tracing
-    from weaseldb.runtime.ring import Ring
+    from weaseldb.runtime.ring import Ring, Transport
     from weaseldb.runtime.service import StageLoop, listening_socket, run_stage
+    from weaseldb.runtime.shmring import ShmRing
     from weaseldb.runtime.stores import open_store
 
-    ring = Ring()
+    ring: Transport = ShmRing() if cfg.ring == "shm" else Ring()
     store: BlobStore | None = None
     stage: StageLoop
     app: ASGIApp

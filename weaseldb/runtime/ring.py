@@ -33,6 +33,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from weaseldb.core.config import Config
 from weaseldb.core.types import Stage
@@ -108,6 +109,37 @@ class Address:
         sock.bind(self.path)
         sock.listen(128)
         return sock
+
+
+class Receiver(Protocol):
+    """What a stage reads its ring through: this module's `Inbox`, or `shmring.ShmInbox`."""
+
+    async def receive(self) -> list[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    """What a stage writes its ring through: `Outbox`, or `shmring.ShmOutbox`."""
+
+    async def send(self, frame: bytes) -> None: ...
+
+    def unsent(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """A process's ring, whichever the configuration chose (`ring:`): `Ring` (ipc, tcp) or
+    `shmring.ShmRing` (shm); the command line picks one, the stages only see this."""
+
+    def inbox(self, endpoint: str) -> Receiver: ...
+
+    def outbox(self, endpoint: str) -> Sender: ...
+
+    async def flush(self, timeout_s: float = 2.0) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Ring:

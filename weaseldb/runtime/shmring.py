@@ -34,6 +34,7 @@ import logging
 import mmap
 import os
 import platform
+import struct
 import threading
 import time
 from pathlib import Path
@@ -57,6 +58,7 @@ _HEAD, _SLEEPING, _FRAME_END = 16, 17, 18  # consumer's line
 _DOORBELL = b"\x01"
 _HELLO_FIXED = len(HELLO) + 8 + 8 + 2  # magic, generation, capacity, name length
 
+_LENGTH = struct.Struct(">I")  # a frame's length word, as the socket ring's
 _fence_lock = threading.Lock()
 
 
@@ -82,8 +84,8 @@ class _Mapping:
 
     def __init__(self, fd: int, capacity: int) -> None:
         self.capacity = capacity
-        self._map = mmap.mmap(fd, HEADER_SIZE + capacity)
-        self._view = memoryview(self._map)
+        self.data = mmap.mmap(fd, HEADER_SIZE + capacity)
+        self._view = memoryview(self.data)
         # Aligned 8-byte loads and stores (one `mov`): a reader never sees half a counter.
         self.words = self._view[:HEADER_SIZE].cast("Q")
 
@@ -91,24 +93,42 @@ class _Mapping:
         data = memoryview(data)  # slices without copies
         start = position % self.capacity
         first = min(len(data), self.capacity - start)
-        self._map[HEADER_SIZE + start : HEADER_SIZE + start + first] = data[:first]
+        self.data[HEADER_SIZE + start : HEADER_SIZE + start + first] = data[:first]
         if first < len(data):
-            self._map[HEADER_SIZE : HEADER_SIZE + len(data) - first] = data[first:]
+            self.data[HEADER_SIZE : HEADER_SIZE + len(data) - first] = data[first:]
 
     def read(self, position: int, size: int) -> bytes:
         start = position % self.capacity
         end = start + size
         if end <= self.capacity:
-            return self._map[HEADER_SIZE + start : HEADER_SIZE + end]
+            return self.data[HEADER_SIZE + start : HEADER_SIZE + end]
         return (
-            self._map[HEADER_SIZE + start :]
-            + self._map[HEADER_SIZE : HEADER_SIZE + end - self.capacity]
+            self.data[HEADER_SIZE + start :]
+            + self.data[HEADER_SIZE : HEADER_SIZE + end - self.capacity]
         )
+
+    def put_frame(self, position: int, frame: bytes) -> None:
+        """The length word and the frame: one pack and one copy unless they wrap."""
+        start = position % self.capacity
+        if start + HEADER_BYTES + len(frame) <= self.capacity:
+            at = HEADER_SIZE + start
+            _LENGTH.pack_into(self.data, at, len(frame))
+            self.data[at + HEADER_BYTES : at + HEADER_BYTES + len(frame)] = frame
+        else:
+            self.write(position, len(frame).to_bytes(HEADER_BYTES, "big"))
+            self.write(position + HEADER_BYTES, frame)
+
+    def length_at(self, position: int) -> int:
+        start = position % self.capacity
+        if start + HEADER_BYTES <= self.capacity:
+            length: int = _LENGTH.unpack_from(self.data, HEADER_SIZE + start)[0]
+            return length
+        return int.from_bytes(self.read(position, HEADER_BYTES), "big")
 
     def close(self) -> None:
         self.words.release()
         self._view.release()
-        self._map.close()
+        self.data.close()
 
 
 def ring_files(socket_path: str) -> list[Path]:
@@ -221,8 +241,7 @@ class ShmOutbox:
     async def send(self, frame: bytes) -> None:
         size = HEADER_BYTES + len(frame)
         if not self._slow and size <= self._free():
-            self._ring.write(self._tail, len(frame).to_bytes(HEADER_BYTES, "big"))
-            self._ring.write(self._tail + HEADER_BYTES, frame)
+            self._ring.put_frame(self._tail, frame)
             self._publish(self._tail + size)
             return
         # Once a frame's first byte is published the rest must follow, even if the caller
@@ -253,8 +272,7 @@ class ShmOutbox:
             size = HEADER_BYTES + len(frame)
             if size <= self._capacity:  # published whole, as on the fast path
                 await self._wait_for_room(size)
-                self._ring.write(self._tail, header)
-                self._ring.write(self._tail + HEADER_BYTES, frame)
+                self._ring.put_frame(self._tail, frame)
                 self._publish(self._tail + size)
                 return
             for piece in (memoryview(header), memoryview(frame)):  # larger than the ring
@@ -373,17 +391,18 @@ class ShmInbox:
         """Every frame waiting, at least one."""
         while not (frames := self._take()):
             self._sleeps += 1
-            for reader in self._readers:
-                reader.words[_SLEEPING] = self._sleeps
+            self._mark_sleeping(self._sleeps)
             fence()  # producers store tail, fence, load sleeping: one of us sees the other
-            frames = self._take()
-            if not frames:
+            if not (frames := self._take()):
                 await self._sleep()
-            for reader in self._readers:
-                reader.words[_SLEEPING] = 0
+            self._mark_sleeping(0)
             if frames:
                 break
         return frames
+
+    def _mark_sleeping(self, number: int) -> None:
+        for reader in self._readers:
+            reader.words[_SLEEPING] = number
 
     async def _sleep(self) -> None:
         loop = asyncio.get_running_loop()
@@ -517,42 +536,56 @@ class _Reader:
 
     def take(self) -> list[bytes]:
         """Every whole frame published, and what has arrived of a frame larger than the ring."""
-        words, ring = self.words, self._ring
-        tail, head = words[_TAIL], self._head
+        tail, head = self.words[_TAIL], self._head
         frames: list[bytes] = []
         while head < tail:
             if head < self._skip_to:  # the rest of a frame a dead consumer had begun
                 head = min(tail, self._skip_to)
             elif self._partial is not None:
-                count = min(tail - head, self._needed - len(self._partial))
-                self._partial += ring.read(head, count)
-                head += count
-                if len(self._partial) == self._needed:
-                    frames.append(bytes(self._partial))
-                    self._partial = None
-            elif tail - head < HEADER_BYTES:
-                break
+                head = self._continue_partial(head, tail, frames)
+            elif (moved := self._whole_frames(head, tail, frames)) > head:
+                head = moved
             else:
-                size = int.from_bytes(ring.read(head, HEADER_BYTES), "big")
-                if size > MAX_FRAME_BYTES:
-                    log.error("closing a ring that announced a %d-byte frame", size)
-                    self.corrupt = True  # kept for a look, not deleted
-                    self._transport.close()
-                    break
-                if HEADER_BYTES + size > self._capacity:
-                    # Streamed in pieces: a consumer that replaces this one after a crash
-                    # must skip the rest of it, not read its middle as a length.
-                    words[_FRAME_END] = head + HEADER_BYTES + size
-                    self._partial, self._needed = bytearray(), size
-                    head += HEADER_BYTES
-                elif tail - head < HEADER_BYTES + size:
-                    break
-                else:
-                    frames.append(ring.read(head + HEADER_BYTES, size))
-                    head += HEADER_BYTES + size
+                break  # the rest of a frame is not published yet
         if head != self._head:
             self._advance(head)
         return frames
+
+    def _whole_frames(self, head: int, tail: int, frames: list[bytes]) -> int:
+        """Cuts every whole frame from `head` on (the hot loop: one slice per frame when it
+        does not wrap); starts a frame larger than the ring; returns the new head."""
+        ring, capacity, data = self._ring, self._capacity, self._ring.data
+        while tail - head >= HEADER_BYTES:
+            size = ring.length_at(head)
+            if size > MAX_FRAME_BYTES:
+                log.error("closing a ring that announced a %d-byte frame", size)
+                self.corrupt = True  # kept for a look, not deleted
+                self._transport.close()
+                break
+            if HEADER_BYTES + size > capacity:
+                # Streamed in pieces: a consumer that replaces this one after a crash
+                # must skip the rest of it, not read its middle as a length.
+                self.words[_FRAME_END] = head + HEADER_BYTES + size
+                self._partial, self._needed = bytearray(), size
+                return head + HEADER_BYTES
+            if tail - head < HEADER_BYTES + size:
+                break
+            start = HEADER_SIZE + (head + HEADER_BYTES) % capacity
+            if start + size <= HEADER_SIZE + capacity:
+                frames.append(data[start : start + size])
+            else:
+                frames.append(ring.read(head + HEADER_BYTES, size))
+            head += HEADER_BYTES + size
+        return head
+
+    def _continue_partial(self, head: int, tail: int, frames: list[bytes]) -> int:
+        assert self._partial is not None
+        count = min(tail - head, self._needed - len(self._partial))
+        self._partial += self._ring.read(head, count)
+        if len(self._partial) == self._needed:
+            frames.append(bytes(self._partial))
+            self._partial = None
+        return head + count
 
     def _advance(self, head: int) -> None:
         self._head = head

@@ -114,6 +114,31 @@ def test_any_frames_through_any_ring_come_out_as_sent(
         loop.close()
 
 
+def test_several_producers_into_one_inbox_each_keep_their_order(
+    tmp_path: Path, run: Runner
+) -> None:
+    """Gateway workers into the sequencer: one ring per producer, the inbox takes from all."""
+
+    async def scenario() -> None:
+        ring = ShmRing(1024)
+        inbox = ring.inbox(_endpoint(tmp_path))
+        outboxes = [ring.outbox(_endpoint(tmp_path)) for _ in range(3)]
+
+        async def send_all(sender: int) -> None:
+            for i in range(2000):
+                await outboxes[sender].send(b"%d %d" % (sender, i))
+
+        sending = [asyncio.create_task(send_all(sender)) for sender in range(3)]
+        got = [frame.split() for frame in await take(inbox, 6000)]
+        await asyncio.gather(*sending)
+        for sender in range(3):
+            assert [int(i) for s, i in got if int(s) == sender] == list(range(2000))
+        assert len(shmring.ring_files(str(tmp_path / "in.sock"))) == 3
+        ring.close()
+
+    run(scenario)
+
+
 def test_a_full_ring_blocks_the_producer_and_memory_stays_bounded(
     tmp_path: Path, run: Runner
 ) -> None:

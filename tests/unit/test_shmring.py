@@ -174,8 +174,11 @@ def test_frames_sent_before_the_consumer_listens_are_delivered_when_it_does(
         outbox = sender.outbox(_endpoint(tmp_path))
         for i in range(100):
             await outbox.send(b"early %d" % i)
+        assert outbox.unsent() > 0  # in a ring no consumer knows of: `flush` waits for it
         inbox = receiver.inbox(_endpoint(tmp_path))
         assert await take(inbox, 100) == [b"early %d" % i for i in range(100)]
+        await sender.flush()
+        assert outbox.unsent() == 0
         sender.close()
         receiver.close()
 

@@ -381,6 +381,7 @@ class ShmInbox:
         self._sleeps = 0
         self._server: asyncio.AbstractServer | None = None
         self._starting = asyncio.get_running_loop().create_task(self._serve())
+        self._backstop_timer = asyncio.get_running_loop().call_later(BACKSTOP_S, self._backstop)
 
     async def _serve(self) -> None:
         self._server = await asyncio.get_running_loop().create_unix_server(
@@ -405,14 +406,17 @@ class ShmInbox:
             reader.words[_SLEEPING] = number
 
     async def _sleep(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
-        backstop = loop.call_later(BACKSTOP_S, self._wake)
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
         finally:
-            backstop.cancel()
             self._waiter = None
+
+    def _backstop(self) -> None:
+        """Every `BACKSTOP_S`, asleep or not: one timer for the inbox's life rather than one
+        armed and cancelled per sleep, which costs a hop microseconds."""
+        self._wake()
+        self._backstop_timer = asyncio.get_running_loop().call_later(BACKSTOP_S, self._backstop)
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -420,9 +424,12 @@ class ShmInbox:
 
     def _take(self) -> list[bytes]:
         frames: list[bytes] = []
-        for reader in list(self._readers):
+        ended = False
+        for reader in self._readers:
             frames += reader.take()
-            if reader.ended:  # its producer is gone and everything published was taken
+            ended = ended or reader.ended
+        if ended:  # a producer is gone and everything it published was taken
+            for reader in [r for r in self._readers if r.ended]:
                 self._readers.remove(reader)
                 reader.close(delete=not reader.corrupt)
         return frames
@@ -433,6 +440,7 @@ class ShmInbox:
 
     def close(self) -> None:
         self._starting.cancel()
+        self._backstop_timer.cancel()
         if self._server is not None:
             self._server.close()
         for attachment in list(self._attachments):

@@ -203,6 +203,8 @@ def test_a_restarted_consumer_continues_where_the_old_one_stopped(
         expected = [b"meanwhile %d" % i for i in range(50)] + [b"after"]
         assert await take(fresh, 51) == expected
         sender.close()
+        await outbox.send(b"too late")  # dropped, as by a socket outbox of a closed ring
+        assert outbox.unsent() == 0
         second.close()
 
     run(scenario)

@@ -239,6 +239,8 @@ class ShmOutbox:
         self._connecting = asyncio.get_running_loop().create_task(self._stay_connected())
 
     async def send(self, frame: bytes) -> None:
+        if self._closed:  # a task still sending while its stage shuts down: as a socket
+            return  # outbox's unsent frames, it dies with the process
         size = HEADER_BYTES + len(frame)
         if not self._slow and size <= self._free():
             self._ring.put_frame(self._tail, frame)
@@ -259,6 +261,8 @@ class ShmOutbox:
     def unsent(self) -> int:
         """Bytes not yet in the ring, or in a ring no consumer knows of (no hello said yet:
         a process that ended now would leave them to the orphan sweep)."""
+        if self._closed:
+            return 0
         if self._transport is None:
             return self._unsent + self._tail - self._words[_HEAD]
         return self._unsent

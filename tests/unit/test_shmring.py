@@ -27,6 +27,17 @@ Runner = Callable[[Callable[[], Awaitable[None]]], None]
 SMALL = 64 * 1024  # ring bytes in these tests: frames wrap and large ones stream often
 
 
+_rings: list[ShmRing] = []
+
+
+def _ring(capacity: int) -> ShmRing:
+    """A ring the `run` fixture closes even when the scenario fails (an open one would
+    hold the loop's close, turning a failure into a hang)."""
+    ring = ShmRing(capacity)
+    _rings.append(ring)
+    return ring
+
+
 @pytest.fixture(params=["uvloop", "asyncio"])
 def run(request: pytest.FixtureRequest) -> Runner:
     new_loop = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
@@ -36,6 +47,8 @@ def run(request: pytest.FixtureRequest) -> Runner:
         try:
             loop.run_until_complete(asyncio.wait_for(scenario(), 30))
         finally:
+            while _rings:
+                _rings.pop().close()
             loop.run_until_complete(_settle())
             loop.close()
 
@@ -65,7 +78,7 @@ def test_frames_of_every_size_arrive_whole_and_in_order(tmp_path: Path, run: Run
     sent = [os.urandom(size) for size in sizes] + [b"%d" % i for i in range(20_000)]
 
     async def scenario() -> None:
-        ring = ShmRing(SMALL)
+        ring = _ring(SMALL)
         inbox, outbox = ring.inbox(_endpoint(tmp_path)), ring.outbox(_endpoint(tmp_path))
 
         async def send_all() -> None:
@@ -94,7 +107,7 @@ def test_any_frames_through_any_ring_come_out_as_sent(
     sent = [os.urandom(size) for size in sizes]
 
     async def scenario() -> None:
-        ring = ShmRing(capacity)
+        ring = _ring(capacity)
         inbox, outbox = ring.inbox(_endpoint(directory)), ring.outbox(_endpoint(directory))
 
         async def send_all() -> None:
@@ -110,6 +123,8 @@ def test_any_frames_through_any_ring_come_out_as_sent(
     try:
         loop.run_until_complete(asyncio.wait_for(scenario(), 30))
     finally:
+        while _rings:
+            _rings.pop().close()
         loop.run_until_complete(_settle())
         loop.close()
 
@@ -120,7 +135,7 @@ def test_several_producers_into_one_inbox_each_keep_their_order(
     """Gateway workers into the sequencer: one ring per producer, the inbox takes from all."""
 
     async def scenario() -> None:
-        ring = ShmRing(1024)
+        ring = _ring(1024)
         inbox = ring.inbox(_endpoint(tmp_path))
         outboxes = [ring.outbox(_endpoint(tmp_path)) for _ in range(3)]
 
@@ -145,7 +160,7 @@ def test_a_full_ring_blocks_the_producer_and_memory_stays_bounded(
     capacity = 1024
 
     async def scenario() -> None:
-        ring = ShmRing(capacity)
+        ring = _ring(capacity)
         inbox, outbox = ring.inbox(_endpoint(tmp_path)), ring.outbox(_endpoint(tmp_path))
         frame = b"x" * 96  # 100 bytes with its length: ten fit
         for _ in range(10):
@@ -170,7 +185,7 @@ def test_frames_sent_before_the_consumer_listens_are_delivered_when_it_does(
     tmp_path: Path, run: Runner
 ) -> None:
     async def scenario() -> None:
-        sender, receiver = ShmRing(SMALL), ShmRing(SMALL)
+        sender, receiver = _ring(SMALL), _ring(SMALL)
         outbox = sender.outbox(_endpoint(tmp_path))
         for i in range(100):
             await outbox.send(b"early %d" % i)
@@ -189,7 +204,7 @@ def test_a_restarted_consumer_continues_where_the_old_one_stopped(
     tmp_path: Path, run: Runner
 ) -> None:
     async def scenario() -> None:
-        sender, first = ShmRing(SMALL), ShmRing(SMALL)
+        sender, first = _ring(SMALL), _ring(SMALL)
         outbox = sender.outbox(_endpoint(tmp_path))
         inbox = first.inbox(_endpoint(tmp_path))
         await outbox.send(b"before")
@@ -197,7 +212,7 @@ def test_a_restarted_consumer_continues_where_the_old_one_stopped(
         first.close()
         for i in range(50):  # into the ring while no one reads it
             await outbox.send(b"meanwhile %d" % i)
-        second = ShmRing(SMALL)
+        second = _ring(SMALL)
         fresh = second.inbox(_endpoint(tmp_path))
         await outbox.send(b"after")
         expected = [b"meanwhile %d" % i for i in range(50)] + [b"after"]

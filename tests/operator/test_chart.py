@@ -58,6 +58,7 @@ def test_operator_service_account_has_what_it_uses(
         ("list", "sparkapplications.sparkoperator.k8s.io"),
         ("create", "secrets"),  # each database's copy of the admin token
         ("patch", "secrets"),
+        ("get", "secrets"),  # NAME-tls to renew and trust, NAME-operator-token (spec.auth)
         ("patch", "networkpolicies.networking.k8s.io"),
         ("delete", "networkpolicies.networking.k8s.io"),  # the readers' at replicas 0
         ("patch", "deployments.apps"),  # spec.readers
@@ -68,8 +69,7 @@ def test_operator_service_account_has_what_it_uses(
         ),  # a run past its deadline; deletionPolicy Delete
     ]
     denied = [
-        ("get", "secrets"),  # it reads no Secret through the API, its own is a file
-        ("list", "secrets"),
+        ("list", "secrets"),  # only the Secrets it names: no list, no watch
         ("create", "pods"),
         ("delete", "weaseldbs"),
         ("patch", "sparkapplications.sparkoperator.k8s.io/status"),

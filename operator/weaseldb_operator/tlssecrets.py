@@ -188,12 +188,13 @@ class Accesses:
         if now - read_at < REFRESH_S and self._fits(db, access):
             return access
         try:
-            access = await self._read(db)
+            access, complete = await self._read(db)
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             # What was read before stays (a pass must not fail on it: leadership first).
             log.warning("%s/%s: TLS/auth Secrets not read: %s", db.namespace, db.name, e)
             return access
-        self._known[db.uid] = (now, access)
+        if complete:  # else read again next pass: the reconciler is making them
+            self._known[db.uid] = (now, access)
         return access
 
     @staticmethod
@@ -203,8 +204,9 @@ class Accesses:
             db.auth.enabled
         )
 
-    async def _read(self, db: Database) -> ClientAccess:
-        tls, headers = None, {}
+    async def _read(self, db: Database) -> tuple[ClientAccess, bool]:
+        """The access, and whether every Secret it needs was there."""
+        tls, headers, complete = None, {}, True
         if db.tls.enabled:
             secret = await self._kube.get(_path(db, db.tls_secret))
             if secret is not None and await ensure_certificate(
@@ -212,11 +214,13 @@ class Accesses:
             ):
                 secret = await self._kube.get(_path(db, db.tls_secret))
             tls = _context(_decoded(secret or {}).get(CA_CRT))
+            complete = secret is not None
         if db.auth.enabled:
             internal = await self._kube.get(_path(db, internal_secret_name(db)))
             token = _decoded(internal or {}).get(OPERATOR_TOKEN_KEY, b"").decode()
             headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return ClientAccess(tls, f"{db.name}.{db.namespace}.svc", headers)
+            complete = complete and bool(token)
+        return ClientAccess(tls, f"{db.name}.{db.namespace}.svc", headers), complete
 
     def forget_all_but(self, uids: set[str]) -> None:
         self._known = {uid: known for uid, known in self._known.items() if uid in uids}

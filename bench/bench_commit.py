@@ -57,18 +57,28 @@ class Target:
     address: str
     workload: str
     stalls: bool = False  # a WeaselDB set: record each process's event-loop lag and GC pauses
+    cacert: str = ""  # speak TLS to it, verifying against this CA
+    token_file: str = ""  # send this bearer token
 
 
 def point(target: Target, connections: int, seconds: float, rate: float = 0) -> Any:
     port = int(target.address.rsplit(":", 1)[1])
     before = stall_samples(port) if target.stalls else {}
-    result = load(target.address, target.workload, connections, seconds, rate=rate)
+    result = load(
+        target.address,
+        target.workload,
+        connections,
+        seconds,
+        rate=rate,
+        cacert=target.cacert,
+        token_file=target.token_file,
+    )
     if target.stalls:
         result["stalls"] = stall_summary(before, stall_samples(port))
     latency = result["latency_ms"]
     what = f"open loop at {rate:.0f}/s" if rate else f"c={connections:<4d}"
     print(
-        f"  {target.name:10s} {what:22s} {result['per_second']:9.0f}/s  "
+        f"  {target.name:18s} {what:22s} {result['per_second']:9.0f}/s  "
         f"p50 {latency.get('p50', 0):7.2f} ms  p99 {latency.get('p99', 0):7.2f} ms  "
         f"errors {result['errors']}",
         flush=True,
@@ -77,7 +87,7 @@ def point(target: Target, connections: int, seconds: float, rate: float = 0) -> 
         worst = max(result["stalls"].items(), key=lambda item: item[1]["lag_p99_at_most_ms"])
         pauses = sum(row[f"gc{g}_pauses"] for row in result["stalls"].values() for g in "012")
         print(
-            f"  {'':10s} event-loop lag p99 <= {worst[1]['lag_p99_at_most_ms']:g} ms "
+            f"  {'':18s} event-loop lag p99 <= {worst[1]['lag_p99_at_most_ms']:g} ms "
             f"(worst: {worst[0]}), {pauses:.0f} GC pauses",
             flush=True,
         )
@@ -93,11 +103,13 @@ def median_by(runs: list[Any], percentile: str) -> Any:
     }
 
 
-def closed_loops(targets: list[Target], seconds: float) -> dict[str, list[Any]]:
+def closed_loops(
+    targets: list[Target], seconds: float, counts: list[int] = CONNECTIONS
+) -> dict[str, list[Any]]:
     """Every connection count, the systems taking turns at each; one connection several
     times, keeping each system's median run."""
     runs: dict[str, list[Any]] = {t.name: [] for t in targets}
-    for connections in CONNECTIONS:
+    for connections in counts:
         rounds = ONE_CONNECTION_RUNS if connections == 1 else 1
         tries: dict[str, list[Any]] = {t.name: [] for t in targets}
         for _ in range(rounds):
@@ -202,6 +214,14 @@ def plot(runs: dict[str, list[Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def save(summary: dict[str, Any], runs: dict[str, list[Any]], out: Path) -> None:
+    """The summary as JSON at `out`, the closed-loop plot beside it; the figures printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    plot(runs, out.with_suffix(".png"))
+    print(json.dumps(summary["figures"], indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8)
@@ -229,11 +249,7 @@ def main() -> None:
         "minio": s3,
         "figures": figures(runs, half, s3),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
-    plot(runs, out.with_suffix(".png"))
-    print(json.dumps(summary["figures"], indent=2))
+    save(summary, runs, Path(args.out))
 
 
 if __name__ == "__main__":

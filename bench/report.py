@@ -168,6 +168,7 @@ def rows() -> list[tuple[str, str, str, str]]:
         )
     found += _readers(read("readers.json"))
     found += _restore(read("restore.json"))
+    found += _security(read("security.json"))
     restart = read("stage-restart.json")
     if restart:
         stages = restart["stages"]
@@ -213,6 +214,27 @@ def _readers(readers: Any) -> list[tuple[str, str, str, str]]:
             f"operations/s ({cold['transactions_applied_per_s']:,} transactions/s)",
             "-",
         ),
+    ]
+
+
+def _security(security: Any) -> list[tuple[str, str, str, str]]:
+    if not security:
+        return []
+    f = security["figures"]
+    rate = {k: f"{f[f'commits_per_s_at_64_{k}']:,}" for k in ("plain", "tls", "tls_token")}
+    p50 = {k: f["p50_ms_at_1_" + k] for k in ("plain", "tls", "tls_token")}
+    return [
+        (
+            "P1, P9 secured",
+            "with TLS on the client API, then TLS and a bearer token checked against key "
+            "prefixes (each / plaintext, the same run): commits/s at 64 connections; p50 at 1",
+            f"{f['throughput_at_64_tls_over_plain']} and "
+            f"{f['throughput_at_64_tls_token_over_plain']} "
+            f"({rate['tls']} and {rate['tls_token']} / {rate['plain']}/s); "
+            f"{f['p50_at_1_tls_over_plain']} and {f['p50_at_1_tls_token_over_plain']} "
+            f"({p50['tls']} and {p50['tls_token']} / {p50['plain']} ms)",
+            "-",
+        )
     ]
 
 

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.support.certs import Authority  # noqa: E402
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir  # noqa: E402
 from tests.support.minio import MinioServer, minio_binary  # noqa: E402
 from tests.support.waiting import http_ok, stop_process, wait_for  # noqa: E402
@@ -137,10 +138,21 @@ def build_loadgen() -> Path:
     return LOADGEN
 
 
-def load(address: str, workload: str, connections: int, seconds: float, rate: float = 0) -> Any:
-    """One run of the load generator; its JSON result."""
+def load(
+    address: str,
+    workload: str,
+    connections: int,
+    seconds: float,
+    rate: float = 0,
+    *,
+    cacert: str = "",
+    token_file: str = "",
+) -> Any:
+    """One run of the load generator; its JSON result. With `cacert` it speaks TLS, with
+    `token_file` it sends that bearer token."""
     command = [str(LOADGEN), "-addr", address, "-workload", workload, "-c", str(connections)]
     command += ["-d", f"{seconds}s", "-rate", str(rate)]
+    command += ["-cacert", cacert, "-token-file", token_file]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
 
@@ -151,11 +163,41 @@ class Running:
     metrics_url: str = ""  # the persister's metrics, for WeaselDB
     pid: int = 0  # the `weaseldb up` process, for WeaselDB
     store: str = ""  # the store URL, for WeaselDB (readers and compaction open it too)
+    cacert: str = ""  # the client port speaks TLS signed by this CA (`secured`)
+    token_file: str = ""  # a bearer token the gateway's grants admit to every key
+
+
+BENCH_TOKEN = "bench-token-0123456789abcdef"
+
+
+def secured_config(folder: Path, *, auth: bool) -> tuple[Path, Path, Path]:
+    """A config file turning on TLS on the client port (a CA of its own, a server
+    certificate for 127.0.0.1) and, with `auth`, a grants file with one token for every
+    key. Returns (config, CA file, token file)."""
+    authority = Authority(folder / "pki")
+    pair = authority.issue("bench-server", server=True)
+    token = folder / "token"
+    token.write_text(BENCH_TOKEN)
+    lines = [
+        "[gateway.tls]",
+        f'cert_file = "{pair.cert}"',
+        f'key_file = "{pair.key}"',
+    ]
+    if auth:
+        grants = folder / "grants.toml"
+        grants.write_text(f'[[grant]]\nname = "bench"\ntoken = "{BENCH_TOKEN}"\n')
+        lines += ["[auth]", f'grants_file = "{grants}"']
+    config_file = folder / "weasel.toml"
+    config_file.write_text("\n".join(lines) + "\n")
+    return config_file, authority.ca, token
 
 
 @contextlib.contextmanager
-def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Running]:
-    """A `weaseldb up` set on a directory store (fsync) or on a MinIO of its own."""
+def weaseldb(
+    store: str = "dir", extra: list[str] | None = None, *, tls: bool = False, auth: bool = False
+) -> Iterator[Running]:
+    """A `weaseldb up` set on a directory store (fsync) or on a MinIO of its own; with
+    `tls` its client port speaks TLS, with `auth` it also asks for a bearer token."""
     data = data_dir("wdb-bench-")
     run_dir = short_run_dir()
     minio = None
@@ -169,7 +211,15 @@ def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Run
     # What `weaseldb up` itself chooses: one gateway worker per core (the test helper would
     # otherwise pin one).
     workers = ["--workers", str(gateway_for_host(config.build({})).workers)]
-    cluster = ProcessSet(url, free_port_block(), run_dir, extra=workers + (extra or [])).start()
+    cacert = token_file = ""
+    pki = data_dir("wdb-bench-pki-")  # beside the store, never inside it
+    if tls:
+        config_file, ca, token = secured_config(pki, auth=auth)
+        workers += ["--config", str(config_file)]
+        cacert, token_file = str(ca), str(token) if auth else ""
+    cluster = ProcessSet(
+        url, free_port_block(), run_dir, extra=workers + (extra or []), ca_file=ca if tls else None
+    ).start()
     try:
         assert cluster.process is not None
         yield Running(
@@ -177,12 +227,15 @@ def weaseldb(store: str = "dir", extra: list[str] | None = None) -> Iterator[Run
             f"http://127.0.0.1:{cluster.port + 3}/metrics",
             cluster.process.pid,
             url,
+            cacert,
+            token_file,
         )
     finally:
         cluster.stop()
         if minio is not None:
             minio.destroy()
         shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(pki, ignore_errors=True)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@
 //	loadgen -addr 127.0.0.1:8080 -workload weasel -c 64 -d 8s            # closed loop
 //	loadgen -addr 127.0.0.1:2379 -workload etcd -c 64 -d 8s -rate 3000  # open loop
 //	loadgen -addr 127.0.0.1:8090 -workload reader-get -keys 10000 -c 64  # point reads
+//	loadgen -addr 127.0.0.1:8080 -cacert ca.crt -token-file token -c 64  # TLS and a token
 //
 // Closed loop: each of c connections sends its next request when the answer arrives.
 // Open loop: requests are due at a fixed rate whatever happens; latency counts from when a
@@ -18,6 +19,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -173,6 +176,43 @@ func numberAfter(body, marker []byte) uint64 {
 	return n
 }
 
+// How every connection is opened and what every request carries: plain TCP, or TLS
+// verified against -cacert; an Authorization header when -token-file is given.
+var (
+	tlsConfig   *tls.Config
+	extraHeader string
+)
+
+func dial(addr string) (net.Conn, error) {
+	if tlsConfig == nil {
+		return net.Dial("tcp", addr)
+	}
+	return tls.Dial("tcp", addr, tlsConfig)
+}
+
+// secure sets tlsConfig and extraHeader from the -cacert and -token-file flags.
+func secure(cacert, tokenFile string) error {
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: no certificate in it", cacert)
+		}
+		tlsConfig = &tls.Config{RootCAs: roots}
+	}
+	if tokenFile != "" {
+		token, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return err
+		}
+		extraHeader = "Authorization: Bearer " + string(bytes.TrimSpace(token)) + "\r\n"
+	}
+	return nil
+}
+
 // A keep-alive HTTP/1.1 connection: one request, one answer, with Content-Length.
 type conn struct {
 	addr   string
@@ -182,7 +222,7 @@ type conn struct {
 
 func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
 	if c.netc == nil {
-		netc, err := net.Dial("tcp", c.addr)
+		netc, err := dial(c.addr)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -192,7 +232,9 @@ func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
 	request = append(request, method...)
 	request = append(request, ' ')
 	request = append(request, path...)
-	request = append(request, " HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: "...)
+	request = append(request, " HTTP/1.1\r\nHost: bench\r\n"...)
+	request = append(request, extraHeader...)
+	request = append(request, "Content-Type: application/json\r\nContent-Length: "...)
 	request = strconv.AppendInt(request, int64(len(body)), 10)
 	request = append(request, "\r\n\r\n"...)
 	request = append(request, body...)
@@ -280,7 +322,13 @@ func main() {
 	rate := flag.Float64("rate", 0, "requests per second (0: closed loop)")
 	keyCount := flag.Int("keys", 100000, "distinct keys")
 	printKeys := flag.Bool("print-keys", false, "print the -keys keys (base64), one per line, and exit")
+	cacert := flag.String("cacert", "", "speak TLS, verifying the server against this CA file")
+	tokenFile := flag.String("token-file", "", "send this file's token as Authorization: Bearer")
 	flag.Parse()
+	if err := secure(*cacert, *tokenFile); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
 	if *printKeys {
 		for _, key := range newKeys(*keyCount).encoded {
 			fmt.Println(key)
@@ -418,14 +466,14 @@ func subscribe(addr string, connections int, warmup, duration time.Duration) {
 		started.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			netc, err := net.Dial("tcp", addr)
+			netc, err := dial(addr)
 			if err != nil {
 				started.Done()
 				return
 			}
 			defer netc.Close()
 			netc.SetDeadline(stop)
-			fmt.Fprintf(netc, "GET /v1/subscribe HTTP/1.1\r\nHost: bench\r\n\r\n")
+			fmt.Fprintf(netc, "GET /v1/subscribe HTTP/1.1\r\nHost: bench\r\n%s\r\n", extraHeader)
 			reader := bufio.NewReaderSize(netc, 256*1024)
 			started.Done()
 			var last uint64

@@ -233,10 +233,24 @@ build_project_image() {
 }
 
 # The image a rebuild replaced, untagged now. Only that one: the untagged results of
-# earlier build stages are the classic builder's cache (pruning them re-runs pip).
+# earlier build stages are the classic builder's cache (pruning them re-runs pip)...
 drop_replaced() { # TAG OLD_ID
   [[ -n $2 && "$(docker image inspect -f '{{.Id}}' "$1")" != "$2" ]] || return 0
   docker image rm "$2" >/dev/null 2>&1 || true
+  prune_when_disk_low
+}
+
+# ...unless the disk runs low: every source change leaves a generation of those stage
+# results behind (about 1 GB each), and a full disk fails the whole tier. Below
+# E2E_MIN_FREE_GB free on the docker data root, the dangling ones go (the next build
+# re-runs pip once).
+E2E_MIN_FREE_GB="${E2E_MIN_FREE_GB:-30}"
+prune_when_disk_low() {
+  local free_gb
+  free_gb="$(df --output=avail -BG "$E2E/docker" 2>/dev/null | tail -n 1 | tr -dc 0-9)"
+  [[ -n $free_gb ]] && ((free_gb < E2E_MIN_FREE_GB)) || return 0
+  log "only ${free_gb} GB free under $E2E/docker: removing dangling images"
+  docker image prune -f >/dev/null 2>&1 || true
 }
 
 # Empty where the Dockerfile's default base (Docker Hub) can be pulled.

@@ -103,6 +103,10 @@ def kinds(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in objects}
 
 
+def podmonitors(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in objects if doc["kind"] == "PodMonitor"}
+
+
 @pytest.mark.parametrize(
     ("setting", "complaint"),
     [
@@ -140,7 +144,9 @@ def test_monitoring_objects_only_where_the_crds_are(control_plane: ControlPlane)
     found = kinds(rendered_objects(control_plane, *MONITORING_APIS))
     rules = yaml.safe_load((REPO / "charts/weaseldb/monitoring/alerts.yaml").read_text())
     assert found["PrometheusRule"]["spec"] == rules  # embedded as it is, not templated
-    monitor = found["PodMonitor"]["spec"]
+    monitors = podmonitors(rendered_objects(control_plane, *MONITORING_APIS))
+    assert set(monitors) == {"wdb-weaseldb-databases", "wdb-weaseldb-operator"}
+    monitor = monitors["wdb-weaseldb-databases"]["spec"]
     assert monitor["namespaceSelector"] == {"any": True}
     ports = {endpoint["port"] for endpoint in monitor["podMetricsEndpoints"]}
     assert ports == {"gateway", "sequencer", "resolver", "persister", "reader"}
@@ -152,6 +158,27 @@ def test_monitoring_objects_only_where_the_crds_are(control_plane: ControlPlane)
     assert all("scheme" not in e for e in endpoints["podMetricsEndpoints"])
     off = ["--set", "monitoring.podMonitor.enabled=false", *MONITORING_APIS]
     assert "PodMonitor" not in kinds(rendered_objects(control_plane, *off))
+
+
+def test_the_operators_podmonitor_selects_the_operator_pod_and_its_metrics_port(
+    control_plane: ControlPlane,
+) -> None:
+    """Its series keep their own `namespace` and `database` (honorLabels): the WeaselDB's,
+    which the dashboard and the alerts select on, not the operator pod's namespace."""
+    objects = rendered_objects(control_plane, *MONITORING_APIS)
+    monitor = podmonitors(objects)["wdb-weaseldb-operator"]["spec"]
+    deployment = kinds(objects)["Deployment"]
+    pod = deployment["spec"]["template"]
+    assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert monitor["namespaceSelector"] == {"matchNames": ["db"]}
+    (endpoint,) = monitor["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == (
+        "metrics",
+        "/metrics",
+        True,
+    )
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert ports["metrics"] == 8081
 
 
 def test_helm_test_pod_commits_through_the_database_service(control_plane: ControlPlane) -> None:

@@ -51,6 +51,9 @@ class PersisterConfig(_Section):
     term_watch_interval_s: float = Field(2.0, gt=0)
     """While leading, look for a newer term claim this often (one LIST of one key), so an
     idle deposed leader stops promptly instead of at its next batch."""
+    retention_floor_interval_s: float = Field(30.0, gt=0)
+    """While leading, read where the retained log starts this often (one LIST of one key)
+    for ``weaseldb_retention_floor_version`` (docs/operator.md, "Monitoring")."""
     lease_renew_s: float = Field(1.0, gt=0)
     """With standbys (``claim_on_start = "unclaimed_or_own"``) the leader renews its lease
     (``leases/<term>``, one small PUT) this often, and standbys read it this often."""

@@ -105,8 +105,8 @@ def test_tls_and_a_token_through_the_service_and_helm_test(
     try:
         # No --logs: helm looks for the Pod in the release's namespace, and it runs in the
         # database's (the Secrets it mounts are there); a failed Pod is kept for its log.
-        answer = cluster.helm("test", RELEASE, "-n", OPERATOR_NAMESPACE, timeout=300)
-        assert re.search(r"Phase:\s+Succeeded", answer), answer
+        outcome = cluster.helm("test", RELEASE, "-n", OPERATOR_NAMESPACE, timeout=300)
+        assert re.search(r"Phase:\s+Succeeded", outcome), outcome
     finally:
         cluster.helm(*upgrade, "--set", "test.database=", "--set", "test.namespace=",
                      "--set", "test.tokenSecret=")  # fmt: skip

@@ -6,9 +6,10 @@
 1. Closed loop at 1, 16, 64 and 256 connections: WeaselDB (directory store, fsync), etcd
    (single member, default fsync) and the no-op POST on the commit route's HTTP stack (the
    generator's own ceiling and P3's denominator). The three run side by side (idle, each
-   costs next to nothing) and take turns at every point, so a stretch of host noise (this
-   VM's steal time reached 8 %) falls on all of them, not on whichever ran then. One
-   connection is measured three times in turn; P9 takes each system's median p50.
+   costs next to nothing) and take turns at every point, each round starting one system
+   further, so a stretch of host noise (this VM's steal time reached 8 %) falls on all of
+   them, not on whichever ran then. One connection is measured three times in turn; P9
+   takes each system's median p50.
 2. Open loop at 50 % of each system's best closed-loop throughput, three runs each, taking
    turns (P2: the median run's p99).
 3. WeaselDB on MinIO at 64, 256 and 512 connections: object-store PUTs per 1,000 commits;
@@ -103,18 +104,28 @@ def median_by(runs: list[Any], percentile: str) -> Any:
     }
 
 
+def rotated(targets: list[Target], turn: int) -> list[Target]:
+    """The targets in turn order, starting one further each round: a system measured right
+    after another one's run (its data still being written back, its caches cold) is not
+    always the same system."""
+    start = turn % len(targets)
+    return targets[start:] + targets[:start]
+
+
 def closed_loops(
     targets: list[Target], seconds: float, counts: list[int] = CONNECTIONS
 ) -> dict[str, list[Any]]:
     """Every connection count, the systems taking turns at each; one connection several
     times, keeping each system's median run."""
     runs: dict[str, list[Any]] = {t.name: [] for t in targets}
+    turn = 0
     for connections in counts:
         rounds = ONE_CONNECTION_RUNS if connections == 1 else 1
         tries: dict[str, list[Any]] = {t.name: [] for t in targets}
         for _ in range(rounds):
-            for target in targets:
+            for target in rotated(targets, turn):
                 tries[target.name].append(point(target, connections, seconds))
+            turn += 1
         for name, results in tries.items():
             runs[name].append(median_by(results, "p50") if rounds > 1 else results[0])
     return runs

@@ -210,15 +210,16 @@ def weaseldb(
         url = f"dir:{data}"
     # What `weaseldb up` itself chooses: one gateway worker per core (the test helper would
     # otherwise pin one).
-    workers = ["--workers", str(gateway_for_host(config.build({})).workers)]
-    cacert = token_file = ""
+    arguments = ["--workers", str(gateway_for_host(config.build({})).workers)]
+    ca: Path | None = None
+    token_file = ""
     pki = data_dir("wdb-bench-pki-")  # beside the store, never inside it
     if tls:
         config_file, ca, token = secured_config(pki, auth=auth)
-        workers += ["--config", str(config_file)]
-        cacert, token_file = str(ca), str(token) if auth else ""
+        arguments += ["--config", str(config_file)]
+        token_file = str(token) if auth else ""
     cluster = ProcessSet(
-        url, free_port_block(), run_dir, extra=workers + (extra or []), ca_file=ca if tls else None
+        url, free_port_block(), run_dir, extra=arguments + (extra or []), ca_file=ca
     ).start()
     try:
         assert cluster.process is not None
@@ -227,7 +228,7 @@ def weaseldb(
             f"http://127.0.0.1:{cluster.port + 3}/metrics",
             cluster.process.pid,
             url,
-            cacert,
+            str(ca or ""),
             token_file,
         )
     finally:

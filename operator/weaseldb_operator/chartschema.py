@@ -45,6 +45,8 @@ OVERRIDES: dict[str, Schema] = {
     "operator.image.pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
     "monitoring.scrapeFrom": {"type": "array", "items": {"type": "object"}},
     "monitoring.podMonitor.labels": _STRING_MAP,
+    # A prometheus-operator SafeTLSConfig, passed through (its shape is the CRD's to check).
+    "monitoring.podMonitor.tlsConfig": {"type": "object"},
     "monitoring.prometheusRule.labels": _STRING_MAP,
     "monitoring.grafanaDashboard.labels": _STRING_MAP,
 }

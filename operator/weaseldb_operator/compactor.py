@@ -19,7 +19,7 @@ from weaseldb.core.timestamps import parse_iso
 from weaseldb_operator import compaction, supervision
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.kube import Kube, KubeError, path_for
-from weaseldb_operator.metrics import COMPACTIONS
+from weaseldb_operator.metrics import COMPACTIONS, compactions_from_zero
 from weaseldb_operator.spec import API_VERSION, KIND, Database
 from weaseldb_operator.storage import Stores, snapshot_lag
 
@@ -89,6 +89,7 @@ class CompactionLoop:
     ) -> tuple[list[Condition], dict[str, Any]]:
         if db.compaction is None:
             return [], {}
+        compactions_from_zero(db.namespace, db.name)
         apps = await self._kube.list(_runs(db), {compaction.DATABASE_LABEL: db.name})
         version, lag = await self._snapshot_lag(db)
         status = body.get("status") or {}

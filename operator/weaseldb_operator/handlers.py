@@ -48,6 +48,7 @@ from weaseldb_operator.spec import (
     database_from,
 )
 from weaseldb_operator.storage import Stores, unserved_restore
+from weaseldb_operator.tlssecrets import ensure_secrets
 
 VERSION = API_VERSION.split("/")[1]
 #: The only finalizer the operator sets, and only with `deletionPolicy: Delete`.
@@ -188,6 +189,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: 
     children = with_applied_spec(children_for(db, leader_pod) + reader_children(db), dict(body))
     cronjob = cronjob_for(db)
     try:
+        await ensure_secrets(kube, db)  # before the pods that mount them
         for child in secured(db, memo.operator, children):
             await kube.apply(child)
         if pdb_for(db) is None:

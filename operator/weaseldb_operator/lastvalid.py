@@ -14,6 +14,7 @@ from weaseldb_operator import conditions
 from weaseldb_operator.conditions import Condition, Reason, Type
 from weaseldb_operator.edits import applied_database, configmaps_in_use
 from weaseldb_operator.kube import Kube, KubeError, path_for
+from weaseldb_operator.readers import reader_selector
 from weaseldb_operator.resources import config_name, selector_labels
 from weaseldb_operator.spec import API_VERSION, KIND, Database, SpecError, database_from
 
@@ -71,6 +72,8 @@ class LastValidSpecs:
                 return
             sts = await self._kube.get(path_for("apps/v1", "StatefulSet", ns, db.name))
             pods = await self._kube.list(path_for("v1", "Pod", ns), selector_labels(db))
+            # The readers mount the same config (its [reader] section): theirs is kept too.
+            pods += await self._kube.list(path_for("v1", "Pod", ns), reader_selector(db))
             keep = configmaps_in_use(config_name(current), sts, pods)
             for cm in (c for c in listed if c["metadata"]["name"] not in keep):
                 meta = cm["metadata"]

@@ -13,6 +13,8 @@ import logging
 
 from prometheus_client import Counter, Histogram, start_http_server
 
+from weaseldb_operator.compaction import RunOutcome
+
 log = logging.getLogger("weaseldb.operator")
 
 #: `HOST:PORT` to serve /metrics on; unset: not served (`weaseldb operator` by hand).
@@ -64,6 +66,18 @@ def count_promotion(namespace: str, database: str, reason: str) -> None:
     else:
         cause = "rollout" if reason == ROLLOUT_REASON else "switchover"
         SWITCHOVERS.labels(namespace, database, cause).inc()
+
+
+#: `weaseldb_operator_compactions_total`'s outcomes: how a run can end.
+COMPACTION_OUTCOMES = tuple(str(o) for o in RunOutcome if o is not RunOutcome.RUNNING)
+
+
+def compactions_from_zero(namespace: str, database: str) -> None:
+    """Make the database's compaction counters exist at 0 before a run ends: a series that
+    first appears at 1 shows no increase() to Prometheus, so the first failure would not
+    fire WeaselDBCompactionFailing (a dict lookup once they exist)."""
+    for outcome in COMPACTION_OUTCOMES:
+        COMPACTIONS.labels(namespace, database, outcome)
 
 
 def serve(address: str) -> int:

@@ -52,6 +52,7 @@ from weaseldb_operator.storage import (
     UnreadableClaim,
     newest_claim,
 )
+from weaseldb_operator.tlssecrets import Accesses, ClientAccess
 
 log = logging.getLogger("weaseldb.operator.observer")
 #: Seconds between passes: the failure detector's resolution.
@@ -82,6 +83,7 @@ class Observer:
         self._compaction = CompactionLoop(kube, self._stores)
         self._backups = BackupLoop(kube)
         self._reader_policies = ReaderPolicySweep(kube, self._http)
+        self._access = Accesses(kube)  # spec.tls / spec.auth: how the gateways are asked
 
     async def run(self) -> None:
         try:
@@ -108,6 +110,7 @@ class Observer:
         live = {b["metadata"].get("uid") for b in bodies}
         self._specs.forget_all_but(live)
         self._reader_policies.forget_all_but(live)
+        self._access.forget_all_but(live)
         for body in bodies:
             if body["metadata"].get("deletionTimestamp") or refused_by(body, bodies):
                 continue  # a refused database is not led (the reconciler says why)
@@ -142,14 +145,15 @@ class Observer:
             await self._actions.act(db, body, decision, pods)
             await self._actions.roll(db, body, decision, views, pods)
         gateway = _leader_gateway(decision, pods)
-        version = await self._committed_version(gateway)
+        access = await self._access.of(db)
+        version = await self._committed_version(gateway, access)
         updates = [*decision.conditions, *compaction_conditions]
         standbys = {"standbys": sorted(v.name for v in views if v.standby)}
         await self._write_status(
             db, body, decision, updates, version, {**compaction_status, **standbys}
         )
         if not db.paused:
-            await self._reader_policies.sweep(db, body, gateway)
+            await self._reader_policies.sweep(db, body, gateway, access)
 
     async def _hold_failover(self, db: Database) -> None:
         """The store's `failover-hold` follows spec.paused (written when it changes, and
@@ -195,11 +199,12 @@ class Observer:
             lease=lease,
         )
 
-    async def _committed_version(self, gateway: str | None) -> int | None:
+    async def _committed_version(self, gateway: str | None, access: ClientAccess) -> int | None:
         if gateway is None:
             return None
         try:
-            async with self._http.get(f"{gateway}/v1/version") as response:
+            url = f"{access.url(gateway)}/v1/version"
+            async with self._http.get(url, **access.options()) as response:
                 return int((await response.json(content_type=None))["version"])
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
             return None

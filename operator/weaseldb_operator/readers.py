@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from weaseldb.core.channels import CONFIG_FILE
 from weaseldb.core.types import Stage
 from weaseldb_operator.resources import (
     POD_SECURITY_CONTEXT,
     SECURITY_CONTEXT,
     _metadata,
+    config_name,
     container_env,
     labels,
     placement_for,
     port_of,
+    security_volumes,
 )
-from weaseldb_operator.spec import Database
+from weaseldb_operator.spec import CONFIG_DIR, Database
 
 #: The reader's own port (`weaseldb reader --port`), on the pods and on the Service.
 READER_PORT = 8090
@@ -53,15 +56,20 @@ def reader_labels(db: Database) -> dict[str, str]:
 
 
 def upstream_url(db: Database) -> str:
-    """The client Service (resources.gateway_service_for): it follows the leader."""
-    return f"http://{db.name}.{db.namespace}.svc:{port_of(db, Stage.GATEWAY)}"
+    """The client Service (resources.gateway_service_for): it follows the leader. Over
+    TLS when spec.tls is on, checked against the database's CA (its config's
+    `reader.upstream_ca_file`); the Service's name is in the certificate (certs.py)."""
+    scheme = "https" if db.tls.enabled else "http"
+    return f"{scheme}://{db.name}.{db.namespace}.svc:{port_of(db, Stage.GATEWAY)}"
 
 
 def reader_command(db: Database) -> list[str]:
     """The reader's command line (ISSUE26's interface); `$(POD_NAME)` is expanded by
-    Kubernetes from the container's environment."""
+    Kubernetes from the container's environment. The database's config file gives the
+    [reader] section's TLS and auth (spec.py `security_config`); the flags the rest."""
     return [
         "weaseldb", "reader",
+        "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
         "--upstream", upstream_url(db),
         "--store", db.storage.url,
         "--state-dir", STATE_DIR,
@@ -72,9 +80,10 @@ def reader_command(db: Database) -> list[str]:
     ]  # fmt: skip
 
 
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+def _probe(db: Database, path: str, period: int, failures: int) -> dict[str, Any]:
+    https = {"scheme": "HTTPS"} if db.tls.enabled else {}
     return {
-        "httpGet": {"path": path, "port": READER_PORT},
+        "httpGet": {"path": path, "port": READER_PORT} | https,
         "periodSeconds": period,
         "failureThreshold": failures,
         "timeoutSeconds": 2,
@@ -93,14 +102,16 @@ def reader_container(db: Database) -> dict[str, Any]:
         "imagePullPolicy": db.image_pull_policy,
         "command": reader_command(db),
         "ports": [{"name": "reader", "containerPort": READER_PORT}],
-        "startupProbe": _probe("/healthz", period=1, failures=600),
-        "readinessProbe": _probe("/readyz", period=2, failures=2),
-        "livenessProbe": _probe("/healthz", period=10, failures=3),
+        "startupProbe": _probe(db, "/healthz", period=1, failures=600),
+        "readinessProbe": _probe(db, "/readyz", period=2, failures=2),
+        "livenessProbe": _probe(db, "/healthz", period=10, failures=3),
         "resources": dict(db.readers.resources),
         "securityContext": SECURITY_CONTEXT,
         "volumeMounts": [
             {"name": "state", "mountPath": STATE_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            *security_volumes(db, reader=True)[1],
         ],
         **env,
         "env": [*env["env"], pod_name],
@@ -134,6 +145,8 @@ def reader_deployment_for(db: Database) -> dict[str, Any] | None:
                     "volumes": [
                         {"name": "state", "emptyDir": {}},
                         {"name": "tmp", "emptyDir": {}},
+                        {"name": "config", "configMap": {"name": config_name(db)}},
+                        *security_volumes(db, reader=True)[0],
                     ],
                     "securityContext": POD_SECURITY_CONTEXT,
                     "enableServiceLinks": False,

@@ -20,6 +20,7 @@ import aiohttp
 from weaseldb_operator.kube import Kube, KubeError, path_for
 from weaseldb_operator.readers import policy_owner, reader_selector, stale_policies
 from weaseldb_operator.spec import Database
+from weaseldb_operator.tlssecrets import ClientAccess
 
 log = logging.getLogger("weaseldb.operator.readers")
 
@@ -38,10 +39,18 @@ class ReaderPolicySweep:
         # again until they have readers (a listing reads every policy from the store).
         self._quiet: set[str] = set()
 
-    async def sweep(self, db: Database, body: dict[str, Any], gateway: str | None) -> None:
+    async def sweep(
+        self,
+        db: Database,
+        body: dict[str, Any],
+        gateway: str | None,
+        access: ClientAccess | None = None,
+    ) -> None:
         """Delete the stale reader policies of `db` through `gateway` (the leader's, None
-        when there is no ready leader: nothing to ask). Failures are logged and retried
-        at the next sweep: a late deletion only holds GC back a little longer."""
+        when there is no ready leader: nothing to ask), dialled as `access` says (TLS,
+        the operator's token). Failures are logged and retried at the next sweep: a late
+        deletion only holds GC back a little longer."""
+        access = access or ClientAccess()
         now = time.monotonic()
         if gateway is None or now - self._last.get(db.uid, -SWEEP_INTERVAL_S) < SWEEP_INTERVAL_S:
             return
@@ -49,8 +58,8 @@ class ReaderPolicySweep:
             return
         self._last[db.uid] = now
         try:
-            for policy in await self._stale(db, gateway):
-                await self._delete(gateway, policy)
+            for policy in await self._stale(db, gateway, access):
+                await self._delete(gateway, policy, access)
                 log.info("%s/%s: removed retention policy %s", db.namespace, db.name, policy)
                 await self._kube.event(
                     body,
@@ -61,9 +70,10 @@ class ReaderPolicySweep:
         except (aiohttp.ClientError, TimeoutError, KubeError, ValueError, KeyError) as e:
             log.warning("%s/%s: reader policies not swept: %s", db.namespace, db.name, e)
 
-    async def _stale(self, db: Database, gateway: str) -> list[str]:
+    async def _stale(self, db: Database, gateway: str, access: ClientAccess) -> list[str]:
         # The policies first, then the pods (stale_policies says why).
-        async with self._http.get(f"{gateway}/v1/retention/", timeout=REQUEST_TIMEOUT) as r:
+        url = f"{access.url(gateway)}/v1/retention/"
+        async with self._http.get(url, timeout=REQUEST_TIMEOUT, **access.options()) as r:
             r.raise_for_status()
             ids = [str(p["policy_id"]) for p in (await r.json(content_type=None))["policies"]]
         if not any(policy_owner(db, p) for p in ids):
@@ -73,9 +83,9 @@ class ReaderPolicySweep:
         pods = await self._kube.list(path_for("v1", "Pod", db.namespace), reader_selector(db))
         return stale_policies(db, ids, [p["metadata"]["name"] for p in pods])
 
-    async def _delete(self, gateway: str, policy: str) -> None:
-        url = f"{gateway}/v1/retention/{policy}"
-        async with self._http.delete(url, timeout=REQUEST_TIMEOUT) as r:
+    async def _delete(self, gateway: str, policy: str, access: ClientAccess) -> None:
+        url = f"{access.url(gateway)}/v1/retention/{policy}"
+        async with self._http.delete(url, timeout=REQUEST_TIMEOUT, **access.options()) as r:
             if r.status != 404:  # gone already: what was wanted
                 r.raise_for_status()
 

@@ -14,9 +14,16 @@ from weaseldb.core.channels import CONFIG_FILE
 from weaseldb.core.types import Stage
 from weaseldb_operator.spec import (
     API_VERSION,
+    CA_CRT,
+    CLIENT_CA_DIR,
     CONFIG_DIR,
+    GRANTS_DIR,
+    GRANTS_KEY,
+    INTERNAL_DIR,
     KIND,
+    READER_TOKEN_KEY,
     RUN_DIR,
+    TLS_DIR,
     Database,
     Placement,
 )
@@ -90,8 +97,12 @@ def port_of(db: Database, stage: Stage) -> int:
 
 
 def _probe(db: Database, stage: Stage, path: str, period: int, failures: int) -> dict[str, Any]:
+    # The gateway's port is the client port: TLS when spec.tls is on (the kubelet does not
+    # verify the certificate of an HTTPS probe). The other stages' ports stay plain.
+    https = stage == Stage.GATEWAY and db.tls.enabled
     return {
-        "httpGet": {"path": path, "port": port_of(db, stage)},
+        "httpGet": {"path": path, "port": port_of(db, stage)}
+        | ({"scheme": "HTTPS"} if https else {}),
         "periodSeconds": period,
         "failureThreshold": failures,
         "timeoutSeconds": 2,
@@ -127,6 +138,40 @@ def container_env(db: Database) -> dict[str, Any]:
     return env
 
 
+def internal_secret_name(db: Database) -> str:
+    """The operator's Secret of a database with auth (tlssecrets.py): its own token, the
+    readers' token and the grants file naming both."""
+    return f"{db.name}-operator-token"
+
+
+def _secret_volume(name: str, secret: str, items: dict[str, str] | None = None) -> dict[str, Any]:
+    source: dict[str, Any] = {"secretName": secret, "defaultMode": 0o440}
+    if items:
+        source["items"] = [{"key": k, "path": p} for k, p in items.items()]
+    return {"name": name, "secret": source}
+
+
+def security_volumes(
+    db: Database, reader: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The volumes and read-only mounts of `spec.tls` and `spec.auth` for the gateway
+    containers (`reader`: the reader's). Each container gets only the keys it reads: the
+    gateway the operator's grants file, a reader its own upstream token."""
+    volumes: list[tuple[dict[str, Any], str]] = []
+    if db.tls.enabled:
+        volumes.append((_secret_volume("tls", db.tls_secret), TLS_DIR))
+        if db.tls.client_ca_secret_name:
+            ca = _secret_volume("client-ca", db.tls.client_ca_secret_name, {CA_CRT: CA_CRT})
+            volumes.append((ca, CLIENT_CA_DIR))
+    if db.auth.enabled:
+        grants = {GRANTS_KEY: GRANTS_KEY}
+        volumes.append((_secret_volume("grants", db.auth.grants_secret_name, grants), GRANTS_DIR))
+        own = {READER_TOKEN_KEY: READER_TOKEN_KEY} if reader else grants
+        volumes.append((_secret_volume("internal", internal_secret_name(db), own), INTERNAL_DIR))
+    mounts = [{"name": v["name"], "mountPath": path, "readOnly": True} for v, path in volumes]
+    return [v for v, _ in volumes], mounts
+
+
 def _volume_mounts() -> list[dict[str, Any]]:
     return [
         {"name": "run", "mountPath": RUN_DIR},
@@ -157,6 +202,7 @@ def stage_container(db: Database, stage: Stage, worker: int = 0) -> dict[str, An
     }
     if stage == Stage.GATEWAY:
         container["command"] += ["--worker", str(worker)]
+        container["volumeMounts"] += security_volumes(db)[1]
     if worker == 0:
         container["ports"] = [{"name": stage, "containerPort": port_of(db, stage)}]
     return container
@@ -175,6 +221,7 @@ def pod_spec(db: Database) -> dict[str, Any]:
             {"name": "run", "emptyDir": {}},
             {"name": "tmp", "emptyDir": {}},
             {"name": "config", "configMap": {"name": config_name(db)}},
+            *security_volumes(db)[0],
         ],
         "securityContext": POD_SECURITY_CONTEXT,
         "terminationGracePeriodSeconds": int(

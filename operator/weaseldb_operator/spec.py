@@ -234,6 +234,40 @@ class Readers:
     placement: Placement = Placement()
 
 
+#: Where the pods mount the secrets of `spec.tls` and `spec.auth` (docs/operator.md
+#: "Security"); each its own directory, as a Secret volume replaces the directory it is on.
+TLS_DIR = "/etc/weaseldb-tls"
+CLIENT_CA_DIR = "/etc/weaseldb-client-ca"
+GRANTS_DIR = "/etc/weaseldb-grants"
+INTERNAL_DIR = "/etc/weaseldb-internal"
+#: The keys of those Secrets (kubernetes.io/tls plus cert-manager's `ca.crt`; the grants
+#: file of weaseldb/core/access.py; the operator's token Secret, tlssecrets.py).
+TLS_CRT, TLS_KEY, CA_CRT, GRANTS_KEY = "tls.crt", "tls.key", "ca.crt", "grants.toml"
+OPERATOR_TOKEN_KEY, READER_TOKEN_KEY = "token", "reader-token"
+
+
+@dataclass(frozen=True)
+class Tls:
+    """`spec.tls`: TLS on the gateway's client port and the readers' port (on unless
+    `mode: Disabled`). `secret_name` empty: the operator's own `NAME-tls`."""
+
+    enabled: bool = True
+    secret_name: str = ""
+    client_certificates: str = "None"  # or "Optional" (mTLS beside tokens)
+    client_ca_secret_name: str = ""
+
+
+@dataclass(frozen=True)
+class Auth:
+    """`spec.auth`: client authentication from the grants Secret; off when none is named."""
+
+    grants_secret_name: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.grants_secret_name)
+
+
 @dataclass(frozen=True)
 class Database:
     """One WeaselDB resource: identity, spec and the validated pipeline configuration."""
@@ -259,6 +293,18 @@ class Database:
     readers: Readers = Readers()
     backup: Backup | None = None
     recovery: Recovery | None = None
+    tls: Tls = Tls(enabled=False)
+    auth: Auth = Auth()
+
+    @property
+    def tls_secret(self) -> str:
+        """The Secret the pods' certificate comes from (given, or the operator's own)."""
+        return self.tls.secret_name or f"{self.name}-tls"
+
+    @property
+    def own_certificate(self) -> bool:
+        """The operator makes and renews the certificate (no `spec.tls.secretName`)."""
+        return self.tls.enabled and not self.tls.secret_name
 
     @property
     def delete_data(self) -> bool:
@@ -294,8 +340,70 @@ def lease_timeout_for(spec: dict[str, Any]) -> float:
     return float(int(spec.get("leaderFailoverSeconds", 1)) + LEASE_GRACE_S)
 
 
+def tls_from(spec: dict[str, Any]) -> Tls:
+    """`spec.tls` (the CRD applies the defaults and refuses unknown values; this refuses
+    them too, for a body that reached the operator without the schema)."""
+    raw = spec.get("tls") or {}
+    mode = str(raw.get("mode", "Enabled"))
+    client = str(raw.get("clientCertificates", "None"))
+    if mode not in ("Enabled", "Disabled"):
+        raise SpecError(f"spec.tls.mode: {mode!r} is not Enabled or Disabled")
+    if client not in ("None", "Optional"):
+        raise SpecError(f"spec.tls.clientCertificates: {client!r} is not None or Optional")
+    tls = Tls(
+        enabled=mode == "Enabled",
+        secret_name=str(raw.get("secretName", "")),
+        client_certificates=client,
+        client_ca_secret_name=str(raw.get("clientCASecretName", "")),
+    )
+    if client == "Optional" and not (tls.enabled and tls.client_ca_secret_name):
+        raise SpecError(
+            "spec.tls.clientCertificates: Optional needs mode Enabled and clientCASecretName "
+            "(the CA that signs the clients' certificates)"
+        )
+    return tls
+
+
+def auth_from(spec: dict[str, Any]) -> Auth:
+    return Auth(str((spec.get("auth") or {}).get("grantsSecretName", "")))
+
+
+def _tls_section(tls: Tls) -> dict[str, Any]:
+    """A port's [*.tls] from the mounted Secrets (weaseldb.core.config.TlsConfig)."""
+    section: dict[str, Any] = {
+        "cert_file": f"{TLS_DIR}/{TLS_CRT}",
+        "key_file": f"{TLS_DIR}/{TLS_KEY}",
+    }
+    if tls.client_certificates == "Optional":
+        section |= {"client_ca_file": f"{CLIENT_CA_DIR}/{CA_CRT}", "client_certs": "optional"}
+    return section
+
+
+def security_config(tls: Tls, auth: Auth) -> dict[str, Any]:
+    """The config sections `spec.tls` and `spec.auth` make: TLS on the gateway's client
+    port and the reader's, the grants files (the user's, and the operator's own for
+    itself and its readers), and how the readers reach the secured client Service."""
+    gateway: dict[str, Any] = {}
+    reader: dict[str, Any] = {}
+    data: dict[str, Any] = {"gateway": gateway, "reader": reader}
+    if tls.enabled:
+        gateway["tls"] = reader["tls"] = _tls_section(tls)
+        reader["upstream_ca_file"] = f"{TLS_DIR}/{CA_CRT}"
+    if auth.enabled:
+        grants = f"{GRANTS_DIR}/{GRANTS_KEY}"
+        data["auth"] = {
+            "grants_file": grants,
+            "internal_grants_file": f"{INTERNAL_DIR}/{GRANTS_KEY}",
+        }
+        reader["auth"] = {"grants_file": grants}
+        reader["upstream_token_file"] = f"{INTERNAL_DIR}/{READER_TOKEN_KEY}"
+    return data
+
+
 def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
-    """The configuration every container reads (`weaseldb service NAME --config FILE`)."""
+    """The configuration every container reads (`weaseldb service NAME --config FILE`),
+    the readers too (`weaseldb reader --config FILE`: its [reader] section)."""
+    security = security_config(tls_from(spec), auth_from(spec))
     data: dict[str, Any] = {
         "store": storage.url,
         "run_dir": RUN_DIR,
@@ -308,7 +416,8 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
             "claim_on_start": "unclaimed_or_own",
             "lease_timeout_s": lease_timeout_for(spec),
         },
-        "gateway": {"stop_linger_s": STOP_LINGER_S},
+        "gateway": {"stop_linger_s": STOP_LINGER_S, **security.pop("gateway")},
+        **security,
     }
     for section, (target, fields) in _SECTIONS.items():
         values = spec.get(section) or {}
@@ -549,6 +658,8 @@ def database_from(body: dict[str, Any]) -> Database:
         readers=readers_from(spec, placement),
         backup=backup_from(spec.get("backup"), storage),
         recovery=recovery_from(spec, storage),
+        tls=tls_from(spec),
+        auth=auth_from(spec),
     )
 
 

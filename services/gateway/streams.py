@@ -53,6 +53,12 @@ DROPPED = Counter(
     "weaseldb_gateway_subscribers_dropped_total", "Subscribers cut off for falling behind"
 )
 EVENTS = Counter("weaseldb_gateway_subscriber_events_total", "Change-stream rounds fanned out")
+#: livemax: the pod's slowest subscriber (of the workers running now).
+LAG = Gauge(
+    "weaseldb_gateway_subscriber_lag_versions",
+    "Versions the slowest live subscriber is behind the committed version",
+    multiprocess_mode="livemax",
+)
 SUBSCRIBE_PATH = "/v1/subscribe"
 #: How long a durable=false subscriber waits for accepted history to become durable.
 ACCEPTED_CATCH_UP_S = 30.0
@@ -70,6 +76,7 @@ class ChangeStreams:
         self._snapshots = snapshots
         self.hub = Hub(config.gateway.subscriber_buffer_bytes)
         self._declared = (0, 0)  # the feeds this worker last told the pipeline it wants
+        self._lag = 0  # what LAG was last set to (set only when it changes)
 
     # Ring input
 
@@ -91,6 +98,15 @@ class ChangeStreams:
             DROPPED.inc(dropped)
             hub.dropped = 0
         self._declare()
+        self._sample_lag()
+
+    def _sample_lag(self) -> None:
+        """On every message from the ring (rounds, and the leader's Progress each second)
+        and when a subscriber leaves: one look at the slowest of each feed."""
+        lag = self.hub.lag()
+        if lag != self._lag:
+            self._lag = lag
+            LAG.set(lag)
 
     def _declare(self) -> None:
         """Tell the pipeline when the feeds this worker wants change (subscribers came to a
@@ -122,6 +138,7 @@ class ChangeStreams:
             self.hub.unregister(sub)
             self._declare()
             SUBSCRIBERS.labels(label).dec()
+            self._sample_lag()
 
     @staticmethod
     def _parse(scope: Scope) -> tuple[int | None, bool, KeyFilter | None]:

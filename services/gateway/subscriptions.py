@@ -272,6 +272,19 @@ class Hub:
     def subscribers(self) -> int:
         return sum(len(feed.subscribers) for feed in self._feeds.values())
 
+    def lag(self) -> int:
+        """Versions the slowest live subscriber of this worker is behind the newest version
+        it could have been sent (the committed version; an accepted stream's newest): the
+        journal keeps its readers slowest first, so this looks at the first live one of each
+        feed (the ones still sending history come before it, and only they)."""
+        lag = 0
+        for durable, feed in self._feeds.items():
+            slowest = next((sub for sub in feed.subscribers if sub.live), None)
+            if slowest is not None:
+                newest = max(self.committed, self.seen(durable))
+                lag = max(lag, newest - slowest.last_version)
+        return lag
+
     def wanted(self) -> tuple[int, int]:
         """(durable, accepted) sync numbers of the feeds this worker wants (0: not wanted)."""
         return self._feeds[True].number, self._feeds[False].number

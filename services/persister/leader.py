@@ -26,6 +26,7 @@ from prometheus_client import Gauge
 
 from services.persister.assembly import RingAssembly
 from services.persister.engine import Engine
+from services.persister.floor import watch_floor
 from services.persister.fullness import PROBE_INTERVAL_S, Fullness
 from services.persister.index import IndexWriter, load_window, read_tail, write_segment
 from services.persister.leadership import (
@@ -276,11 +277,14 @@ class TermLeader:
         self._announce(term)
         watcher = asyncio.create_task(self._watch(term, engine))
         ticker = asyncio.create_task(self._tick())
+        interval = self._config.persister.retention_floor_interval_s
+        floor = asyncio.create_task(watch_floor(self._store, interval))
         await self._state.first_of(
             Signal.RESET, Signal.SHUTDOWN, Signal.STOP, also=(engine.failed,)
         )
         watcher.cancel()
         ticker.cancel()
+        floor.cancel()
         reset, shutdown = self._state.raised(Signal.RESET), self._state.raised(Signal.SHUTDOWN)
         code = await self._end_term(engine, reset, shutdown)
         self._state.ended()

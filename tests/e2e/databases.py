@@ -28,7 +28,8 @@ SMALL_REQUESTS = {
 
 def example_database(name: str, prefix: str, image: str, **spec: Any) -> list[dict[str, Any]]:
     """examples/weaseldb-minio.yaml (its Secret and WeaselDB) with this name, prefix, the
-    locally built image and SMALL_REQUESTS; `spec` overrides top-level spec fields."""
+    locally built image, SMALL_REQUESTS and plain HTTP (no tls, no auth); `spec` overrides
+    top-level spec fields."""
     docs = [d for d in yaml.safe_load_all(Path(EXAMPLE).read_text()) if d]
     out = []
     for doc in copy.deepcopy(docs):
@@ -38,6 +39,10 @@ def example_database(name: str, prefix: str, image: str, **spec: Any) -> list[di
             doc["spec"]["image"] = image
             doc["spec"]["imagePullPolicy"] = "Never"
             doc["spec"]["resources"] = SMALL_REQUESTS
+            # The tier's tests reach the gateways over plain HTTP from the host; TLS and
+            # auth, on by default, have their own test (test_security.py).
+            doc["spec"]["tls"] = {"mode": "Disabled"}
+            doc["spec"].pop("auth", None)
             doc["spec"].update(spec)
         out.append(doc)
     return out

@@ -53,11 +53,16 @@ def weaseldb_doc(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def local(doc: dict[str, Any], name: str, prefix: str, image: str) -> None:
     """The example's WeaselDB as the kind tier runs it: this name and prefix, the local
-    image, small CPU requests."""
+    image, small CPU requests, plain HTTP."""
     doc["metadata"]["name"] = name
     spec = doc["spec"]
     spec["storage"]["prefix"] = prefix
-    spec |= {"image": image, "imagePullPolicy": "Never", "resources": SMALL_REQUESTS}
+    spec |= {
+        "image": image,
+        "imagePullPolicy": "Never",
+        "resources": SMALL_REQUESTS,
+        "tls": {"mode": "Disabled"},
+    }  # reached over plain HTTP (test_security.py: TLS)
 
 
 def commit(url: str, count: int, start: int = 0) -> list[tuple[int, bytes, bytes]]:

@@ -165,16 +165,22 @@ def test_a_set_started_on_a_full_store_waits_for_space_instead_of_exiting(
     cluster.kill()
     tmpfs_data.fill()
     restarted = ProcessSet(f"dir:{tmpfs_data.path}", port, run_dir)
-    with pytest.raises(TimeoutError):
-        restarted.start(timeout=6)
-    assert restarted.process is not None and restarted.process.poll() is None
-    readiness = httpx.get(f"{persister_url(restarted)}/readyz").json()
-    assert readiness["store_full"] is True and "the store is full" in readiness["reason"]
-    tmpfs_data.free()
-    freed_at = time.monotonic()
-    restarted.wait_ready(RESUME_S)
-    print(f"ready {time.monotonic() - freed_at:.2f} s after space came back")
     try:
+        with pytest.raises(TimeoutError):
+            restarted.start(timeout=6)
+        assert restarted.process is not None and restarted.process.poll() is None
+        # On a loaded machine the persister may not listen yet when the start gives up.
+        readiness = wait_for(
+            lambda: httpx.get(f"{persister_url(restarted)}/readyz").json(),
+            30,
+            "the persister's /readyz",
+            retry_on=(httpx.TransportError,),
+        )
+        assert readiness["store_full"] is True and "the store is full" in readiness["reason"]
+        tmpfs_data.free()
+        freed_at = time.monotonic()
+        restarted.wait_ready(RESUME_S)
+        print(f"ready {time.monotonic() - freed_at:.2f} s after space came back")
         answer = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(99)).json()
         assert (answer["status"], answer["version"]) == ("committed", versions[-1] + 1), answer
         again = httpx.post(f"{restarted.url}/v1/commit", json=commit_body(3)).json()

@@ -95,6 +95,8 @@ def pods(
         "leaderFailoverSeconds": 5,
         "leaderNotReadySeconds": 5,
         "storage": {"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
+        # The process sets serve plain HTTP (test_security.py covers the operator over TLS).
+        "tls": {"mode": "Disabled"},
     }
     control_plane.apply(weaseldb("ledger", namespace, spec))
     token_file = tmp_path / "admin-token"

@@ -88,11 +88,13 @@ def test_statefulset_runs_the_ring_in_one_pod() -> None:
     names = [c["name"] for c in pod["containers"]]
     assert names == ["gateway", "sequencer", "resolver", "persister"]
     for container, port in zip(pod["containers"], (8080, 8081, 8082, 8083), strict=True):
-        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        # The gateway's port is the client port: TLS by default (spec.tls); stages plain.
+        https = {"scheme": "HTTPS"} if port == 8080 else {}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port} | https
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         # Liveness waits for the process to answer at all (up to 3 minutes).
         startup = container["startupProbe"]
-        assert startup["httpGet"] == {"path": "/healthz", "port": port}
+        assert startup["httpGet"] == {"path": "/healthz", "port": port} | https
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 180
         assert {"name": "run", "mountPath": "/run/weasel"} in container["volumeMounts"]
     memory = {c["name"]: c["resources"]["limits"]["memory"] for c in pod["containers"]}

@@ -58,6 +58,7 @@ def test_operator_service_account_has_what_it_uses(
         ("list", "sparkapplications.sparkoperator.k8s.io"),
         ("create", "secrets"),  # each database's copy of the admin token
         ("patch", "secrets"),
+        ("get", "secrets"),  # NAME-tls to renew and trust, NAME-operator-token (spec.auth)
         ("patch", "networkpolicies.networking.k8s.io"),
         ("delete", "networkpolicies.networking.k8s.io"),  # the readers' at replicas 0
         ("patch", "deployments.apps"),  # spec.readers
@@ -68,8 +69,7 @@ def test_operator_service_account_has_what_it_uses(
         ),  # a run past its deadline; deletionPolicy Delete
     ]
     denied = [
-        ("get", "secrets"),  # it reads no Secret through the API, its own is a file
-        ("list", "secrets"),
+        ("list", "secrets"),  # only the Secrets it names: no list, no watch
         ("create", "pods"),
         ("delete", "weaseldbs"),
         ("patch", "sparkapplications.sparkoperator.k8s.io/status"),
@@ -101,6 +101,10 @@ def rendered_objects(control_plane: ControlPlane, *extra: str) -> list[dict[str,
 
 def kinds(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in objects}
+
+
+def podmonitors(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in objects if doc["kind"] == "PodMonitor"}
 
 
 @pytest.mark.parametrize(
@@ -140,24 +144,64 @@ def test_monitoring_objects_only_where_the_crds_are(control_plane: ControlPlane)
     found = kinds(rendered_objects(control_plane, *MONITORING_APIS))
     rules = yaml.safe_load((REPO / "charts/weaseldb/monitoring/alerts.yaml").read_text())
     assert found["PrometheusRule"]["spec"] == rules  # embedded as it is, not templated
-    monitor = found["PodMonitor"]["spec"]
+    monitors = podmonitors(rendered_objects(control_plane, *MONITORING_APIS))
+    assert set(monitors) == {"wdb-weaseldb-databases", "wdb-weaseldb-operator"}
+    monitor = monitors["wdb-weaseldb-databases"]["spec"]
     assert monitor["namespaceSelector"] == {"any": True}
     ports = {endpoint["port"] for endpoint in monitor["podMetricsEndpoints"]}
     assert ports == {"gateway", "sequencer", "resolver", "persister", "reader"}
+    # The client ports serve TLS by default (spec.tls); the stage ports plain HTTP.
+    schemes = {e["port"]: e.get("scheme", "http") for e in monitor["podMetricsEndpoints"]}
+    assert {p for p, scheme in schemes.items() if scheme == "https"} == {"gateway", "reader"}
+    plain = ["--set", "monitoring.podMonitor.clientTls=false", *MONITORING_APIS]
+    endpoints = kinds(rendered_objects(control_plane, *plain))["PodMonitor"]["spec"]
+    assert all("scheme" not in e for e in endpoints["podMetricsEndpoints"])
     off = ["--set", "monitoring.podMonitor.enabled=false", *MONITORING_APIS]
     assert "PodMonitor" not in kinds(rendered_objects(control_plane, *off))
+
+
+def test_the_operators_podmonitor_selects_the_operator_pod_and_its_metrics_port(
+    control_plane: ControlPlane,
+) -> None:
+    """Its series keep their own `namespace` and `database` (honorLabels): the WeaselDB's,
+    which the dashboard and the alerts select on, not the operator pod's namespace."""
+    objects = rendered_objects(control_plane, *MONITORING_APIS)
+    monitor = podmonitors(objects)["wdb-weaseldb-operator"]["spec"]
+    deployment = kinds(objects)["Deployment"]
+    pod = deployment["spec"]["template"]
+    assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert monitor["namespaceSelector"] == {"matchNames": ["db"]}
+    (endpoint,) = monitor["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == (
+        "metrics",
+        "/metrics",
+        True,
+    )
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert ports["metrics"] == 8081
 
 
 def test_helm_test_pod_commits_through_the_database_service(control_plane: ControlPlane) -> None:
     assert "Pod" not in kinds(rendered_objects(control_plane))  # no database to test
     pod = kinds(rendered_objects(control_plane, "--set", "example.enabled=true"))["Pod"]
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
-    assert env["WEASELDB_URL"] == "http://weaseldb.db.svc:8080"
-    named = ["--set", "test.database=orders", "--set", "test.namespace=shop"]
-    assert "http://orders.shop.svc:8080" in json.dumps(
-        kinds(rendered_objects(control_plane, *named))["Pod"]
-    )
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    # Over TLS by default, trusting the database's CA (ca.crt of DATABASE-tls).
+    assert env["WEASELDB_URL"] == "https://weaseldb.db.svc:8080"
+    assert env["CACERT"] == "--cacert=/etc/weaseldb-tls/ca.crt"
+    ca = next(v for v in pod["spec"]["volumes"] if v["name"] == "ca")
+    assert ca["secret"]["secretName"] == "weaseldb-tls"
+    assert "WEASELDB_TOKEN" not in env
+    named = ["--set", "test.database=orders", "--set", "test.namespace=shop",
+             "--set", "test.tokenSecret=orders-test-token"]  # fmt: skip
+    pod = kinds(rendered_objects(control_plane, *named))["Pod"]
+    assert pod["metadata"]["namespace"] == "shop"  # beside the Secrets it mounts
+    assert "https://orders.shop.svc:8080" in json.dumps(pod)
+    token = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "WEASELDB_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "orders-test-token", "key": "token"}
+    plain = kinds(rendered_objects(control_plane, *named, "--set", "test.tls=false"))["Pod"]
+    assert "http://orders.shop.svc:8080" in json.dumps(plain)
+    assert [v["name"] for v in plain["spec"]["volumes"]] == ["tmp"]
 
 
 def test_promtool_checks_the_alert_rules() -> None:

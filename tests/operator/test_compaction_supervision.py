@@ -9,10 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.operator.helpers import condition, weaseldb
 from tests.operator.test_compaction import apps, move, observed_again, storage, write_batches
+from tests.support.cluster import metric
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from weaseldb.core.timestamps import parse_iso
@@ -59,10 +61,19 @@ def run_now(plane: ControlPlane, ns: str, db: str, value: str) -> None:
 
 
 def test_a_stuck_run_is_failed_and_deleted_at_its_deadline(
-    control_plane: ControlPlane, operator: Path, minio: MinioServer, namespace: str
+    control_plane: ControlPlane,
+    operator: Path,
+    minio: MinioServer,
+    namespace: str,
+    operator_metrics: str,
 ) -> None:
     eager(control_plane, minio, namespace, "stuck", deadlineSeconds=30, backoffSeconds=3600)
     (run,) = control_plane.wait_for(lambda: apps(control_plane, namespace, "stuck"), 40, "a run")
+    # The counters exist at 0 before any run ends: WeaselDBCompactionFailing's increase()
+    # sees the first failure.
+    expired = f'{{database="stuck",namespace="{namespace}",outcome="DeadlineExceeded"}}'
+    scraped = httpx.get(f"{operator_metrics}/metrics").text
+    assert f"weaseldb_operator_compactions_total{expired} 0.0" in scraped
     created = parse_iso(run["metadata"]["creationTimestamp"])
     # Nothing moves the run (no Spark operator): past 30 s it is failed and deleted.
     control_plane.wait_for(lambda: not apps(control_plane, namespace, "stuck"), 60, "the deletion")
@@ -80,6 +91,7 @@ def test_a_stuck_run_is_failed_and_deleted_at_its_deadline(
     body = control_plane.get("wdb", "stuck", "-n", namespace)
     assert body["status"]["lastCompaction"]["outcome"] == "DeadlineExceeded"  # still
     assert failures(body) == 1  # counted once
+    assert metric(operator_metrics, "weaseldb_operator_compactions_total", expired) == 1
     seen = events(control_plane, namespace, "stuck")
     assert ("CompactionStarted", "Normal") in seen
     assert seen.count(("CompactionDeadlineExceeded", "Warning")) == 1

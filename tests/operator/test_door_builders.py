@@ -88,7 +88,7 @@ def test_the_pods_get_the_token_and_only_the_persister_reads_it(
     assert secret["metadata"]["name"] == secret_name(db) == "orders-admin-token"
     assert base64.b64decode(secret["data"]["token"]) == b"tok3n"
     pod = found["StatefulSet"]["spec"]["template"]["spec"]
-    volume = next(v for v in pod["volumes"] if v.get("secret"))
+    volume = next(v for v in pod["volumes"] if v["name"] == "admin-token")
     assert volume["secret"]["secretName"] == "orders-admin-token"
     for container in pod["containers"]:
         env = {e["name"]: e.get("value") for e in container["env"]}

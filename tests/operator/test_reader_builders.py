@@ -60,7 +60,8 @@ def test_deployment_runs_the_reader_command_against_the_client_service() -> None
     (container,) = _pod(deployment)["containers"]
     assert container["command"] == [
         "weaseldb", "reader",
-        "--upstream", "http://orders.shop.svc:8080",
+        "--config", "/etc/weaseldb/config.json",
+        "--upstream", "https://orders.shop.svc:8080",
         "--store", db.storage.url,
         "--state-dir", STATE_DIR,
         "--host", "0.0.0.0",
@@ -73,8 +74,13 @@ def test_deployment_runs_the_reader_command_against_the_client_service() -> None
     assert pod_name in container["env"]
     # The store's keys as the ring containers get them.
     assert container["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": READER_PORT}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": READER_PORT}
+    https = {"scheme": "HTTPS"}  # spec.tls is on by default
+    assert (
+        container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": READER_PORT} | https
+    )
+    assert (
+        container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": READER_PORT} | https
+    )
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in _pod(deployment)["volumes"]}

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from weaseldb_operator.readers import READER_PORT, STATE_DIR, reader_deployment_for
+from weaseldb_operator.resources import configmap_for
 from weaseldb_operator.spec import database_from
 
 from tests.operator.test_builders import body
@@ -62,16 +63,22 @@ def test_the_rendered_command_runs_the_reader(
     spec = body(
         storage={"bucket": bucket, "prefix": "db", "endpoint": minio.endpoint},
         readers={"replicas": 1, "horizonSeconds": 120},
+        tls={"mode": "Disabled"},  # the ring here is plain (test_security_builders: TLS)
     )
-    deployment = reader_deployment_for(database_from(spec))
+    db = database_from(spec)
+    deployment = reader_deployment_for(db)
     assert deployment is not None
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     command = expanded(container["command"], {"POD_NAME": POD})
     assert command[command.index("--state-dir") + 1] == STATE_DIR
     assert command[command.index("--port") + 1] == str(READER_PORT)
     port = free_port_block(1)
+    # The config file the pod mounts (its ConfigMap's), at a path of this machine.
+    config = tmp_path / "config.json"
+    config.write_text(configmap_for(db)["data"]["config.json"])
     command = replaced(command, {
         "--upstream": process_set.url, "--state-dir": str(tmp_path / "state"), "--port": str(port),
+        "--config": str(config),
     })  # fmt: skip
     assert command[:2] == ["weaseldb", "reader"]
     log = (tmp_path / "reader.log").open("wb")

@@ -83,7 +83,8 @@ def test_readers_are_applied_patched_and_removed(
     (container,) = pod["containers"]
     command = container["command"]
     assert command[:2] == ["weaseldb", "reader"]
-    assert command[command.index("--upstream") + 1] == f"http://shop.{namespace}.svc:8080"
+    # TLS by default: the readers follow the client Service over https.
+    assert command[command.index("--upstream") + 1] == f"https://shop.{namespace}.svc:8080"
     assert command[command.index("--horizon-seconds") + 1] == "120"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert service["spec"]["selector"] == READER_LABELS

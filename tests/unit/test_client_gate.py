@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.certs import Authority
-from weaseldb.core.config import ConfigError, TlsConfig
+from weaseldb.core.config import AuthConfig, ConfigError, TlsConfig
 from weaseldb.runtime.access import GrantsFile
 from weaseldb.runtime.tls import ReloadingTls, common_name
 
@@ -61,6 +61,31 @@ def test_a_token_or_a_certificate_subject(tmp_path: Path) -> None:
     # A wrong token is not saved by a certificate: the client said who it is.
     assert grants.authenticate(_scope("Bearer nope", subject="ops")) is None
     assert grants.authenticate(_scope(subject="stranger")) is None
+
+
+def test_the_internal_grants_file_is_added_and_read_again(tmp_path: Path) -> None:
+    """`auth.internal_grants_file` (the operator's grants for itself and its readers) adds
+    to the user's file; each is re-read on its own; the user's grant wins a shared token."""
+    user, internal = tmp_path / "grants.toml", tmp_path / "internal.toml"
+    user.write_text(GRANTS.format(token="shared"))
+    internal.write_text('[[grant]]\nname = "operator"\ntoken = "op1"\nactions = ["status"]\n')
+    clock = Clock()
+    config = AuthConfig(grants_file=str(user), internal_grants_file=str(internal))
+    grants = GrantsFile.of(config, clock)
+    assert grants is not None
+    operator = grants.authenticate(_scope("Bearer op1"))
+    assert operator is not None and operator.name == "operator"
+    assert grants.authenticate(_scope("Bearer shared")) is not None
+    internal.write_text(
+        '[[grant]]\nname = "operator"\ntoken = "op2"\n[[grant]]\nname = "x"\ntoken = "shared"\n'
+    )
+    clock.now = 5.0
+    assert grants.authenticate(_scope("Bearer op1")) is None
+    assert grants.authenticate(_scope("Bearer op2")) is not None
+    shared = grants.authenticate(_scope("Bearer shared"))
+    assert shared is not None and shared.name == "app"
+    with pytest.raises(ValueError, match="internal_grants_file needs grants_file"):
+        AuthConfig(internal_grants_file=str(internal))
 
 
 def test_an_unreadable_grants_file_stops_the_start(tmp_path: Path) -> None:

@@ -11,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from services.gateway.subscriptions import CloseReason, Hub
-from tests.unit.test_subscribe_filters import events, streams_over_log
-from weaseldb.core.protocol import DurableEvents
+from tests.unit.test_subscribe_filters import (
+    events,
+    publish,
+    streams_over_log,
+    sync,
+    transaction,
+)
+from weaseldb.core.protocol import DurableEvents, Write
 from weaseldb.core.types import Version
 
 
@@ -70,3 +76,27 @@ def test_a_stream_opened_on_a_worker_without_subscribers_gets_history_up_to_its_
     got = [e.version for e in events(before_checkpoint)]
     assert got == list(range(21, 31))
     assert b'"committed_version":30' in data
+
+
+def test_lag_is_the_slowest_live_subscribers_distance_from_the_committed_version() -> None:
+    """weaseldb_gateway_subscriber_lag_versions (streams.py): the live subscriber that has
+    taken least; one still sending history is not live and not counted."""
+    hub = Hub(buffer_limit=1 << 20)
+    hub.on_term_start(9, "L", 10)
+    fast, slow, history = (hub.register(durable=True) for _ in range(3))
+    sync(hub, True, 10)
+    fast.go_live(10)
+    slow.go_live(10)
+    history.start_history(0)  # still reading 1..10 from the store
+    assert hub.lag() == 0
+    publish(hub, True, 10, [transaction(v, [Write(b"k", b"v")]) for v in range(11, 16)])
+    hub.on_progress(15, "L", 9)
+    assert hub.lag() == 5  # nobody took 11..15
+    fast.take()
+    assert hub.lag() == 5  # `slow` has not
+    slow.take()
+    assert hub.lag() == 0  # `history` is behind, but not live
+    hub.unregister(fast)
+    hub.unregister(slow)
+    history.go_live()
+    assert hub.lag() == 15  # live now, at 0: the test sent it no history

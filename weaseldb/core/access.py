@@ -138,6 +138,12 @@ class Grants:
         return self.by_subject.get(subject)
 
 
+def merged(first: Grants, second: Grants) -> Grants:
+    """The grants of two files (the user's and the operator's, `auth.internal_grants_file`);
+    a token or subject in both keeps `first`'s grant."""
+    return Grants(second.by_token | first.by_token, second.by_subject | first.by_subject)
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer TOKEN`` header, else None."""
     scheme, _, token = (authorization or "").partition(" ")

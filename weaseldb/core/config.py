@@ -51,6 +51,9 @@ class PersisterConfig(_Section):
     term_watch_interval_s: float = Field(2.0, gt=0)
     """While leading, look for a newer term claim this often (one LIST of one key), so an
     idle deposed leader stops promptly instead of at its next batch."""
+    retention_floor_interval_s: float = Field(30.0, gt=0)
+    """While leading, read where the retained log starts this often (one LIST of one key)
+    for ``weaseldb_retention_floor_version`` (docs/operator.md, "Monitoring")."""
     lease_renew_s: float = Field(1.0, gt=0)
     """With standbys (``claim_on_start = "unclaimed_or_own"``) the leader renews its lease
     (``leases/<term>``, one small PUT) this often, and standbys read it this often."""
@@ -136,8 +139,19 @@ class AuthConfig(_Section):
     (401 otherwise) and a request outside its grant is 403 with nothing applied. Read
     again when it changes (rotation without a restart). Empty (the default, as with
     ``weaseldb up``): no authentication. ``WEASELDB_GRANTS_FILE`` overrides it."""
+    internal_grants_file: str = ""
+    """A second grants file, read as `grants_file` is and added to it: the grants the
+    operator writes for itself and the readers it runs (a Secret of its own), so the
+    user's grants file stays the user's. Only with `grants_file`; a token in both files
+    gets the grant of `grants_file`."""
     reload_interval_s: float = Field(1.0, gt=0)
     """How often the grants file is checked for a change."""
+
+    @model_validator(mode="after")
+    def _internal_beside(self) -> AuthConfig:
+        if self.internal_grants_file and not self.grants_file:
+            raise ValueError("internal_grants_file needs grants_file (auth is off without it)")
+        return self
 
 
 class GatewayConfig(_Section):

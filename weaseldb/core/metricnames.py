@@ -33,15 +33,18 @@ METRICS: dict[str, Kind] = {
     "weaseldb_gateway_subscribers": Kind.GAUGE,
     "weaseldb_gateway_subscribers_dropped": Kind.COUNTER,
     "weaseldb_gateway_subscriber_events": Kind.COUNTER,
+    "weaseldb_gateway_subscriber_lag_versions": Kind.GAUGE,
     # sequencer, resolver
     "weaseldb_sequencer_request_ids": Kind.GAUGE,
     "weaseldb_resolver_accepted_dropped": Kind.COUNTER,
     # persister
     "weaseldb_committed_version": Kind.GAUGE,
     "weaseldb_term": Kind.GAUGE,
+    "weaseldb_retention_floor_version": Kind.GAUGE,
     "weaseldb_persister_in_flight": Kind.GAUGE,
     "weaseldb_persister_batches": Kind.COUNTER,
     "weaseldb_persister_puts": Kind.COUNTER,
+    "weaseldb_persister_put_seconds": Kind.HISTOGRAM,
     "weaseldb_persister_outbox_bytes": Kind.GAUGE,
     "weaseldb_ring_resets": Kind.COUNTER,
     "weaseldb_store_requests": Kind.COUNTER,

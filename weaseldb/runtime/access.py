@@ -20,7 +20,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from weaseldb.core.access import Grant, Grants, bearer_token, parse_grants
+from weaseldb.core.access import Grant, Grants, bearer_token, merged, parse_grants
 from weaseldb.core.config import AuthConfig, ConfigError
 from weaseldb.core.errors import JSON_MEDIA_TYPE, UNAUTHORIZED, error_body
 
@@ -33,12 +33,20 @@ GATED_PREFIX = "/v1/"
 
 class GrantsFile:
     def __init__(
-        self, path: str, interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        path: str,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        internal: GrantsFile | None = None,
     ) -> None:
+        """`internal`: a second file whose grants are added (`auth.internal_grants_file`)."""
         self._path = Path(path)
+        self._internal = internal
         self._interval_s = interval_s
         self._clock = clock
         self._checked = clock()
+        self._merged: tuple[Grants, Grants, Grants] | None = None
         try:
             self._seen = self._path.read_bytes()
             self.grants = parse_grants(self._seen.decode())
@@ -46,15 +54,27 @@ class GrantsFile:
             raise ConfigError(f"auth.grants_file: {path}: {e}") from e
 
     @classmethod
-    def of(cls, config: AuthConfig) -> GrantsFile | None:
-        return cls(config.grants_file, config.reload_interval_s) if config.grants_file else None
+    def of(
+        cls, config: AuthConfig, clock: Callable[[], float] = time.monotonic
+    ) -> GrantsFile | None:
+        if not config.grants_file:
+            return None
+        interval, extra = config.reload_interval_s, config.internal_grants_file
+        internal = cls(extra, interval, clock) if extra else None
+        return cls(config.grants_file, interval, clock, internal=internal)
 
     def current(self) -> Grants:
         now = self._clock()
         if now - self._checked >= self._interval_s:
             self._checked = now
             self._reload()
-        return self.grants
+        if self._internal is None:
+            return self.grants
+        own, internal = self.grants, self._internal.current()
+        if self._merged is None or self._merged[0] is not own or self._merged[1] is not internal:
+            # Merged again only when either file was (the grants are new objects then).
+            self._merged = (own, internal, merged(own, internal))
+        return self._merged[2]
 
     def _reload(self) -> None:
         # The bytes, not the time or size, tell a change: a rotated token has the length

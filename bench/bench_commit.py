@@ -181,6 +181,9 @@ def figures(
         "P1_commits_per_s_at_64_weasel_over_etcd": round(
             at(weasel, 64)["per_second"] / at(peer, 64)["per_second"], 3
         ),
+        "P1_commits_per_s_at_16_weasel_over_etcd": round(
+            at(weasel, 16)["per_second"] / at(peer, 16)["per_second"], 3
+        ),
         "P2_p99_at_half_max_weasel_over_etcd": round(
             half["WeaselDB"]["latency_ms"]["p99"] / half["etcd"]["latency_ms"]["p99"], 3
         ),

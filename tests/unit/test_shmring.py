@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tests.support import shmpeer
 from weaseldb.runtime import shmring
+from weaseldb.runtime.ring import Ring
 from weaseldb.runtime.shmring import HEADER_SIZE, ShmRing
 
 Runner = Callable[[Callable[[], Awaitable[None]]], None]
@@ -431,3 +432,29 @@ def test_an_inbox_starting_deletes_the_rings_of_dead_producers_only(tmp_path: Pa
         receiver.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_peer_on_the_other_transport_is_refused_by_name_and_the_inbox_goes_on(
+    tmp_path: Path, run: Runner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stages configured with different `ring`s: each inbox refuses the stranger with an
+    error saying so, delivers none of its bytes as a frame, and keeps serving its own kind."""
+
+    async def scenario() -> None:
+        unix_side, shm_side = Ring(), _ring(SMALL)
+        unix_inbox = unix_side.inbox(f"ipc://{tmp_path}/unix.sock")
+        shm_inbox = shm_side.inbox(f"ipc://{tmp_path}/shm.sock")
+        await shm_side.outbox(f"ipc://{tmp_path}/unix.sock").send(b"from shm")
+        await unix_side.outbox(f"ipc://{tmp_path}/shm.sock").send(b"from unix")
+        await asyncio.sleep(0.5)
+        await unix_side.outbox(f"ipc://{tmp_path}/unix.sock").send(b"unix to unix")
+        await shm_side.outbox(f"ipc://{tmp_path}/shm.sock").send(b"shm to shm")
+        assert await asyncio.wait_for(unix_inbox.receive(), 5) == [b"unix to unix"]
+        assert await asyncio.wait_for(shm_inbox.receive(), 5) == [b"shm to shm"]
+        unix_side.close()
+
+    with caplog.at_level("ERROR"):
+        run(scenario)
+    said = caplog.text
+    assert "announced a" in said and "another `ring` transport" in said
+    assert "refusing a ring producer: not a shared-memory ring hello" in said

@@ -266,7 +266,11 @@ class _FrameReader(asyncio.Protocol):
         while length - position >= HEADER_BYTES:
             size = int.from_bytes(data[position : position + HEADER_BYTES], "big")
             if size > MAX_FRAME_BYTES:
-                log.error("closing a ring connection that announced a %d-byte frame", size)
+                log.error(
+                    "closing a ring connection that announced a %d-byte frame (a peer on "
+                    "another `ring` transport? every stage of a set must use the same)",
+                    size,
+                )
                 self.close()
                 return
             end = position + HEADER_BYTES + size

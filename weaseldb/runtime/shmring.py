@@ -476,6 +476,14 @@ class _Attach(asyncio.Protocol):
 
     def _read_hello(self) -> None:
         hello = self._hello
+        if len(hello) >= len(HELLO) and not hello.startswith(HELLO):
+            # Told apart by its first bytes: a Unix-socket producer's first frame may be
+            # shorter than a hello, and would otherwise wait here for the rest forever.
+            self._refuse(
+                "not a shared-memory ring hello (a peer on another `ring` transport? "
+                "every stage of a set must use the same)"
+            )
+            return
         if len(hello) < _HELLO_FIXED:
             return
         name_end = _HELLO_FIXED + int.from_bytes(hello[_HELLO_FIXED - 2 : _HELLO_FIXED], "little")
@@ -483,8 +491,6 @@ class _Attach(asyncio.Protocol):
             return
         assert self._transport is not None
         try:
-            if hello[: len(HELLO)] != HELLO:
-                raise ValueError("not a shared-memory ring hello")
             generation = int.from_bytes(hello[4:12], "little")
             capacity = int.from_bytes(hello[12:20], "little")
             name = hello[_HELLO_FIXED:name_end].decode()
@@ -493,10 +499,14 @@ class _Attach(asyncio.Protocol):
             path = Path(self._inbox._path).parent / name
             self._reader = _Reader(path, generation, capacity, self._transport)
         except (OSError, ValueError) as error:
-            log.error("refusing a ring producer: %s", error)
-            self._transport.close()
+            self._refuse(str(error))
             return
         self._inbox._attach(self._reader)
+
+    def _refuse(self, why: str) -> None:
+        log.error("refusing a ring producer: %s", why)
+        assert self._transport is not None
+        self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._inbox._attachments.discard(self)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -32,12 +33,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import uvloop
-from bench_commit import Target, at, median_by, open_loops, point, rotated, save
+from bench_commit import Target, at, closed_loops, open_loops, point, save
 from systems import build_loadgen, etcd, tree_cpu_seconds, warn_if_busy, weaseldb
 
 from weaseldb.runtime.ring import Ring, Transport
@@ -45,7 +46,6 @@ from weaseldb.runtime.shmring import ShmRing
 
 RINGS = ("unix", "shm")
 COUNTS = [1, 16, 64, 256]
-ONE_CONNECTION_RUNS = 3
 FRAME = b"x" * 100
 
 
@@ -117,32 +117,19 @@ async def one_hop(ring: str, pings: int, frames: int) -> dict[str, float]:
 # 2. End to end
 
 
-def measured_point(target: Target, pid: int, connections: int, seconds: float) -> Any:
-    """One load run, with the CPU the system spent per commit."""
+def with_cpu(pids: dict[str, int]) -> Callable[[Target, int, float], Any]:
+    """A `point` that also reports the CPU the system spent per commit."""
+    return functools.partial(measured_point, pids)
+
+
+def measured_point(pids: dict[str, int], target: Target, connections: int, seconds: float) -> Any:
+    pid = pids[target.name]
     before = tree_cpu_seconds(pid)
     result = point(target, connections, seconds)
     cpu = tree_cpu_seconds(pid) - before
     result["cpu_us_per_commit"] = round(cpu / max(result["requests"], 1) * 1e6, 1)
     print(f"  {'':18s} {result['cpu_us_per_commit']:.0f} us of CPU per commit", flush=True)
     return result
-
-
-def closed_loops(
-    targets: list[Target], pids: dict[str, int], seconds: float
-) -> dict[str, list[Any]]:
-    runs: dict[str, list[Any]] = {t.name: [] for t in targets}
-    turn = 0
-    for connections in COUNTS:
-        rounds = ONE_CONNECTION_RUNS if connections == 1 else 1
-        tries: dict[str, list[Any]] = {t.name: [] for t in targets}
-        for _ in range(rounds):
-            for target in rotated(targets, turn):
-                result = measured_point(target, pids[target.name], connections, seconds)
-                tries[target.name].append(result)
-            turn += 1
-        for name, results in tries.items():
-            runs[name].append(median_by(results, "p50") if rounds > 1 else results[0])
-    return runs
 
 
 # 3. Where a commit's time goes
@@ -260,7 +247,7 @@ def main() -> None:
             Target("etcd", peer.address, "etcd"),
         ]
         pids = {"WeaselDB unix": unix.pid, "WeaselDB shm": shm.pid, "etcd": peer.pid}
-        runs = closed_loops(targets, pids, args.seconds)
+        runs = closed_loops(targets, args.seconds, COUNTS, with_cpu(pids))
         half = open_loops(targets, runs, args.seconds)
     print("one connection, traced:", flush=True)
     traced = {ring: where_time_goes(ring, args.seconds) for ring in RINGS}

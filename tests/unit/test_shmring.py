@@ -70,6 +70,11 @@ async def take(inbox: shmring.ShmInbox, count: int) -> list[bytes]:
     return frames
 
 
+async def send_all(outbox: shmring.ShmOutbox, frames: list[bytes]) -> None:
+    for frame in frames:
+        await outbox.send(frame)
+
+
 def _endpoint(directory: Path) -> str:
     return f"ipc://{directory}/in.sock"
 
@@ -82,11 +87,7 @@ def test_frames_of_every_size_arrive_whole_and_in_order(tmp_path: Path, run: Run
         ring = _ring(SMALL)
         inbox, outbox = ring.inbox(_endpoint(tmp_path)), ring.outbox(_endpoint(tmp_path))
 
-        async def send_all() -> None:
-            for frame in sent:
-                await outbox.send(frame)
-
-        sending = asyncio.create_task(send_all())
+        sending = asyncio.create_task(send_all(outbox, sent))
         assert await take(inbox, len(sent)) == sent
         await sending
         ring.close()
@@ -111,11 +112,7 @@ def test_any_frames_through_any_ring_come_out_as_sent(
         ring = _ring(capacity)
         inbox, outbox = ring.inbox(_endpoint(directory)), ring.outbox(_endpoint(directory))
 
-        async def send_all() -> None:
-            for frame in sent:
-                await outbox.send(frame)
-
-        sending = asyncio.create_task(send_all())
+        sending = asyncio.create_task(send_all(outbox, sent))
         assert await take(inbox, len(sent)) == sent
         await sending
         ring.close()

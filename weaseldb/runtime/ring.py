@@ -142,12 +142,32 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-class Ring:
-    """The inbox and outboxes of one process. Needs a running event loop."""
+class Holdings:
+    """What a transport keeps of the inboxes and outboxes it made, to flush and close
+    them together at the end of the process."""
 
     def __init__(self) -> None:
-        self._inboxes: list[Inbox] = []
-        self._outboxes: list[Outbox] = []
+        self._inboxes: list[Receiver] = []
+        self._outboxes: list[Sender] = []
+
+    async def flush(self, timeout_s: float = 2.0) -> None:
+        """Waits (at most `timeout_s`) until every frame sent has left this process (a
+        socket's buffer, or its shared-memory ring, whose consumer takes what is there even
+        after this process is gone): a stopping stage's last frames (its Shutdown) must not
+        die with it."""
+        deadline = time.monotonic() + timeout_s
+        while any(o.unsent() for o in self._outboxes) and time.monotonic() < deadline:  # noqa: ASYNC110 - nothing signals an emptied buffer
+            await asyncio.sleep(0.005)
+
+    def close(self) -> None:
+        for inbox in self._inboxes:
+            inbox.close()
+        for outbox in self._outboxes:
+            outbox.close()
+
+
+class Ring(Holdings):
+    """The inbox and outboxes of one process. Needs a running event loop."""
 
     def inbox(self, endpoint: str) -> Inbox:
         inbox = Inbox(Address.parse(endpoint).listen())
@@ -158,19 +178,6 @@ class Ring:
         outbox = Outbox(Address.parse(endpoint))
         self._outboxes.append(outbox)
         return outbox
-
-    async def flush(self, timeout_s: float = 2.0) -> None:
-        """Waits (at most `timeout_s`) until every frame sent has left this process: the last
-        frames of a stopping stage (its Shutdown) must not die with it."""
-        deadline = time.monotonic() + timeout_s
-        while any(o.unsent() for o in self._outboxes) and time.monotonic() < deadline:  # noqa: ASYNC110 - nothing signals an emptied buffer
-            await asyncio.sleep(0.005)
-
-    def close(self) -> None:
-        for inbox in self._inboxes:
-            inbox.close()
-        for outbox in self._outboxes:
-            outbox.close()
 
 
 class Inbox:

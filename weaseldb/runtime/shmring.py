@@ -36,10 +36,9 @@ import os
 import platform
 import struct
 import threading
-import time
 from pathlib import Path
 
-from weaseldb.runtime.ring import HEADER_BYTES, MAX_FRAME_BYTES, RECONNECT_S, Address
+from weaseldb.runtime.ring import HEADER_BYTES, MAX_FRAME_BYTES, RECONNECT_S, Address, Holdings
 
 log = logging.getLogger("weaseldb.ring")
 
@@ -177,14 +176,13 @@ def _create(socket_path: str, capacity: int) -> tuple[int, int, str, _Mapping]:
         return fd, generation, Path(final).name, mapping
 
 
-class ShmRing:
+class ShmRing(Holdings):
     """The inbox and outboxes of one process, as `weaseldb.runtime.ring.Ring`."""
 
     def __init__(self, capacity: int = RING_BYTES) -> None:
         check_platform()
+        super().__init__()
         self._capacity = capacity
-        self._inboxes: list[ShmInbox] = []
-        self._outboxes: list[ShmOutbox] = []
 
     def inbox(self, endpoint: str) -> ShmInbox:
         inbox = ShmInbox(_socket_path(endpoint))
@@ -195,19 +193,6 @@ class ShmRing:
         outbox = ShmOutbox(_socket_path(endpoint), self._capacity)
         self._outboxes.append(outbox)
         return outbox
-
-    async def flush(self, timeout_s: float = 2.0) -> None:
-        """Waits (at most `timeout_s`) until every frame sent is in its ring: the consumer
-        takes what is there even after this process is gone."""
-        deadline = time.monotonic() + timeout_s
-        while any(o.unsent() for o in self._outboxes) and time.monotonic() < deadline:  # noqa: ASYNC110 - nothing signals it
-            await asyncio.sleep(0.005)
-
-    def close(self) -> None:
-        for inbox in self._inboxes:
-            inbox.close()
-        for outbox in self._outboxes:
-            outbox.close()
 
 
 def _socket_path(endpoint: str) -> str:

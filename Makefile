@@ -57,6 +57,7 @@ bench: install tools
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_resolver.py --out bench/results/resolver.json
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_commit.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_security.py
+	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_ring.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_subscribe.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_readers.py
 	PATH="$(TOOLS_BIN):$$PATH" $(PY) bench/bench_recovery.py --store dir --counts 10,1000000

@@ -194,10 +194,16 @@ def secured_config(folder: Path, *, auth: bool) -> tuple[Path, Path, Path]:
 
 @contextlib.contextmanager
 def weaseldb(
-    store: str = "dir", extra: list[str] | None = None, *, tls: bool = False, auth: bool = False
+    store: str = "dir",
+    extra: list[str] | None = None,
+    *,
+    tls: bool = False,
+    auth: bool = False,
+    ring: str = "",
 ) -> Iterator[Running]:
     """A `weaseldb up` set on a directory store (fsync) or on a MinIO of its own; with
-    `tls` its client port speaks TLS, with `auth` it also asks for a bearer token."""
+    `tls` its client port speaks TLS, with `auth` it also asks for a bearer token; `ring`
+    chooses the ring transport (default: the configuration's)."""
     data = data_dir("wdb-bench-")
     run_dir = short_run_dir()
     minio = None
@@ -211,6 +217,7 @@ def weaseldb(
     # What `weaseldb up` itself chooses: one gateway worker per core (the test helper would
     # otherwise pin one).
     arguments = ["--workers", str(gateway_for_host(config.build({})).workers)]
+    arguments += ["--ring", ring] if ring else []
     ca: Path | None = None
     token_file = ""
     pki = data_dir("wdb-bench-pki-")  # beside the store, never inside it
@@ -259,7 +266,7 @@ def etcd() -> Iterator[Running]:
     )
     try:
         wait_for(lambda: http_ok(f"{client}/health"), 30, "etcd")
-        yield Running(f"127.0.0.1:{port}")
+        yield Running(f"127.0.0.1:{port}", pid=process.pid)
     finally:
         stop_process(process)
         shutil.rmtree(data, ignore_errors=True)

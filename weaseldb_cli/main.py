@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", help="address to listen on")
     up.add_argument("--run-dir", help="directory for the ring's sockets (keep it short)")
     up.add_argument("--workers", type=int, help="gateway worker processes")
+    up.add_argument("--ring", help="how the stages pass frames: unix (default), shm or tcp")
 
     compact = commands.add_parser(
         "compact", help="fold the log into a Parquet snapshot with Spark (local[*])"
@@ -139,7 +140,12 @@ def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.port is not None:
         for offset, name in enumerate(Stage):
             overrides[f"ports.{name}"] = args.port + offset if args.port else 0
-    for flag, key in (("host", "host"), ("run_dir", "run_dir"), ("workers", "gateway.workers")):
+    for flag, key in (
+        ("host", "host"),
+        ("run_dir", "run_dir"),
+        ("workers", "gateway.workers"),
+        ("ring", "ring"),
+    ):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     return overrides
@@ -320,11 +326,12 @@ async def _serve(name: Stage, cfg: Config, worker: int) -> int:
 
     from weaseldb.core.store import BlobStore
     from weaseldb.runtime import stalls, tracing
-    from weaseldb.runtime.ring import Ring
+    from weaseldb.runtime.ring import Ring, Transport
     from weaseldb.runtime.service import StageLoop, listening_socket, run_stage
+    from weaseldb.runtime.shmring import ShmRing
     from weaseldb.runtime.stores import open_store
 
-    ring = Ring()
+    ring: Transport = ShmRing() if cfg.ring == "shm" else Ring()
     store: BlobStore | None = None
     stage: StageLoop
     app: ASGIApp

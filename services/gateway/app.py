@@ -43,7 +43,7 @@ from weaseldb.core.protocol import CommitEntry, CommitReply
 from weaseldb.core.types import Outcome, parse_version
 from weaseldb.runtime import tracing
 from weaseldb.runtime.access import GRANT, gated
-from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.ring import Endpoints, Transport
 from weaseldb.runtime.service import Health, HttpServer, add_operations_routes
 from weaseldb.runtime.stores import open_store
 from weaseldb.runtime.stores.metered import MeteredStore
@@ -84,7 +84,7 @@ def _not_applied(request_id: str, why: str, **extra: str) -> NotLeader:
 
 
 class GatewayStage:
-    def __init__(self, config: Config, ring: Ring, worker: int) -> None:
+    def __init__(self, config: Config, ring: Transport, worker: int) -> None:
         endpoints = Endpoints(config)
         self.config = config
         self.health = Health("waiting for the persister to announce a term", probe=self.readiness)
@@ -268,7 +268,7 @@ class GatewayStage:
         return orjson.dumps(body)
 
 
-def build(config: Config, ring: Ring, worker: int) -> tuple[GatewayStage, ASGIApp]:
+def build(config: Config, ring: Transport, worker: int) -> tuple[GatewayStage, ASGIApp]:
     stage = GatewayStage(config, ring, worker)
     app = FastAPI(
         title="WeaselDB",

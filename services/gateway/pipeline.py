@@ -40,7 +40,7 @@ from weaseldb.core.protocol import (
     encode_batch,
 )
 from weaseldb.core.types import Stage, Term, Version
-from weaseldb.runtime.ring import Inbox, Outbox
+from weaseldb.runtime.ring import Receiver, Sender
 from weaseldb.runtime.versioncell import VersionCell
 
 log = logging.getLogger("weaseldb.gateway")
@@ -74,8 +74,8 @@ class PipelineClient:
     def __init__(
         self,
         worker: int,
-        outbox: Outbox,
-        inbox: Inbox,
+        outbox: Sender,
+        inbox: Receiver,
         cell: VersionCell,
         *,
         timeout_s: float,

@@ -42,7 +42,7 @@ from weaseldb.core.config import Config
 from weaseldb.core.errors import JSON_MEDIA_TYPE, error_body
 from weaseldb.core.store import BlobStore
 from weaseldb.core.types import NUMBER_TOP, Stage, Term
-from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.ring import Endpoints, Transport
 from weaseldb.runtime.service import AdminDoor, Health, HttpServer, stage_app
 from weaseldb.runtime.stores.metered import MeteredStore
 from weaseldb.runtime.versioncell import VersionCell
@@ -59,7 +59,7 @@ WORKER_BACKLOG_BYTES = 64 * 1024 * 1024
 
 
 class PersisterStage:
-    def __init__(self, config: Config, ring: Ring, store: BlobStore) -> None:
+    def __init__(self, config: Config, ring: Transport, store: BlobStore) -> None:
         endpoints = Endpoints(config)
         ids = config.idempotency
         run_dir = Path(config.run_dir)
@@ -125,7 +125,7 @@ class PersisterStage:
         self.state.promote(after)
 
 
-def build(config: Config, ring: Ring, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
+def build(config: Config, ring: Transport, store: BlobStore) -> tuple[PersisterStage, FastAPI]:
     metered = MeteredStore(store, lambda op, area: STORE_REQUESTS.labels(op, area).inc())
     door = AdminDoor.of(config)  # first: a pod without its token file stops here
     stage = PersisterStage(config, ring, metered)

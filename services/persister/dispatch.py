@@ -29,7 +29,7 @@ from weaseldb.core.protocol import (
     TermStart,
     decode_batch,
 )
-from weaseldb.runtime.ring import Inbox
+from weaseldb.runtime.ring import Receiver
 
 log = logging.getLogger("weaseldb.persister")
 
@@ -41,7 +41,7 @@ RING_RESETS = Counter(
 
 class Dispatch:
     def __init__(
-        self, inbox: Inbox, state: TermState, assembly: RingAssembly, outgoing: Outgoing
+        self, inbox: Receiver, state: TermState, assembly: RingAssembly, outgoing: Outgoing
     ) -> None:
         self._inbox = inbox
         self._state = state

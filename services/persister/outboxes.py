@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import Gauge
 
-from weaseldb.runtime.ring import Outbox
+from weaseldb.runtime.ring import Sender
 
 BACKLOG = Gauge(
     "weaseldb_persister_outbox_bytes", "Bytes waiting to be sent to a gateway worker", ["worker"]
@@ -20,7 +20,7 @@ BACKLOG = Gauge(
 
 
 class WorkerQueue:
-    def __init__(self, worker: int, outbox: Outbox, on_change: Callable[[], None]) -> None:
+    def __init__(self, worker: int, outbox: Sender, on_change: Callable[[], None]) -> None:
         self.worker = worker
         self._outbox = outbox
         self._on_change = on_change
@@ -58,7 +58,7 @@ class WorkerQueue:
 
 
 class WorkerQueues:
-    def __init__(self, outboxes: list[Outbox], limit_bytes: int) -> None:
+    def __init__(self, outboxes: list[Sender], limit_bytes: int) -> None:
         self._limit = limit_bytes
         self._room = asyncio.Event()
         self._room.set()

@@ -29,7 +29,7 @@ from weaseldb.core.protocol import (
 )
 from weaseldb.core.types import Stage, Term, Version
 from weaseldb.runtime.relay import RelayStage
-from weaseldb.runtime.ring import Endpoints, Outbox, Ring
+from weaseldb.runtime.ring import Endpoints, Sender, Transport
 from weaseldb.runtime.service import Health, stage_app
 
 #: Unsent accepted-event frames kept before the backlog is dropped.
@@ -54,7 +54,7 @@ class AcceptedPublisher:
     the next frame's `prev_version` shows the gap, so workers close their durable=false
     streams (those clients resume after a checkpoint)."""
 
-    def __init__(self, outboxes: list[Outbox], limit_bytes: int = ACCEPTED_BACKLOG_BYTES) -> None:
+    def __init__(self, outboxes: list[Sender], limit_bytes: int = ACCEPTED_BACKLOG_BYTES) -> None:
         self._outboxes = outboxes
         self._limit = limit_bytes
         self._frames: list[_Frame] = []
@@ -138,7 +138,7 @@ class AcceptedPublisher:
                     await self._outboxes[worker].send(frame.data)
 
 
-def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
+def build(config: Config, ring: Transport) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
     resolver = Resolver(config.resolver)
     health = Health(reason="waiting for a term")

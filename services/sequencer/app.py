@@ -12,13 +12,13 @@ from weaseldb.core.config import Config
 from weaseldb.core.protocol import RingEntry
 from weaseldb.core.types import Stage
 from weaseldb.runtime.relay import RelayStage
-from weaseldb.runtime.ring import Endpoints, Ring
+from weaseldb.runtime.ring import Endpoints, Transport
 from weaseldb.runtime.service import Health, stage_app
 
 REMEMBERED = Gauge("weaseldb_sequencer_request_ids", "Request ids remembered exactly")
 
 
-def build(config: Config, ring: Ring) -> tuple[RelayStage, FastAPI]:
+def build(config: Config, ring: Transport) -> tuple[RelayStage, FastAPI]:
     endpoints = Endpoints(config)
     run_dir = config.run_dir
     ids = config.idempotency

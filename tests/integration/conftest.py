@@ -8,6 +8,17 @@ import pytest
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 
+#: The ring transports the history and restart tests run on (config `ring`).
+RINGS = ["unix", "shm"]
+
+
+@pytest.fixture(params=RINGS)
+def ring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every process the test starts passes frames over this ring (`WEASELDB_RING`, which
+    each process reads when it starts)."""
+    monkeypatch.setenv("WEASELDB_RING", request.param)
+    return str(request.param)
+
 
 @pytest.fixture
 def run_dir() -> Iterator[Path]:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.test_histories import answers
 from tests.support.client_load import ClientFollower, ClientWorkload, commit_body, record
-from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
+from tests.support.cluster import ProcessSet, ServiceSet, assert_ring_in_use, free_port_block
 from tests.support.histories import assert_history_is_clean
 from tests.support.load import Attempt
 from tests.support.waiting import wait_for
@@ -63,11 +63,12 @@ def check(url: str, workload: ClientWorkload, follower: ClientFollower) -> None:
 
 
 def test_client_histories_hold_across_a_sigkill_of_the_whole_set(
-    tmp_path: Path, run_dir: Path
+    tmp_path: Path, run_dir: Path, ring: str
 ) -> None:
     data = tmp_path / "data"
     port = free_port_block()
     cluster = ProcessSet(f"dir:{data}", port, run_dir).start()
+    assert_ring_in_use(run_dir, ring)
     follower = ClientFollower(cluster.url).start()
     # The default policy: an uncertain answer is sent again with its id first.
     workload = ClientWorkload(cluster.url, concurrency=8).start()
@@ -87,10 +88,13 @@ def test_client_histories_hold_across_a_sigkill_of_the_whole_set(
             assert restarted.stop() == 0, restarted.log()
 
 
-def test_client_histories_hold_across_single_stage_restarts(tmp_path: Path, run_dir: Path) -> None:
+def test_client_histories_hold_across_single_stage_restarts(
+    tmp_path: Path, run_dir: Path, ring: str
+) -> None:
     """Each stage in turn is SIGKILLed under load and started again on its own (as
     Kubernetes restarts one container); the clients ride it out with their retries."""
     services = ServiceSet(f"dir:{tmp_path / 'data'}", free_port_block(), run_dir).start()
+    assert_ring_in_use(run_dir, ring)
     follower = ClientFollower(services.url).start()
     # Every uncertain answer is settled with /v1/status at once (no resend): a gateway
     # killed with commits in the pipeline loses answers of commits that did apply, and

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.cluster import ProcessSet, free_port_block
+from tests.support.cluster import ProcessSet, assert_ring_in_use, free_port_block
 from tests.support.load import Load
 from tests.support.waiting import wait_for
 from weaseldb.core.history import committed_transactions
@@ -31,9 +31,12 @@ def stored(data_dir: Path) -> dict[str, int]:
     return {t.request_id: t.version for t in transactions}
 
 
-def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path, run_dir: Path) -> None:
+def test_sigkill_mid_load_loses_nothing_acknowledged(
+    tmp_path: Path, run_dir: Path, ring: str
+) -> None:
     data = tmp_path / "data"
     cluster = ProcessSet(f"dir:{data}", free_port_block(), run_dir).start()
+    assert_ring_in_use(run_dir, ring)
     load = Load(cluster.url, concurrency=32).start()
     wait_for(lambda: len(load.acknowledged) >= 300)
     cluster.kill()  # SIGKILL every process at once, mid-load

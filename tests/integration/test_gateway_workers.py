@@ -14,7 +14,7 @@ import httpx
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster import ProcessSet, free_port_block
+from tests.support.cluster import ProcessSet, assert_ring_in_use, free_port_block
 from weaseldb.runtime.workermetrics import metrics_dir
 
 
@@ -40,13 +40,16 @@ async def commit_each_on_its_own_connection(
 
 
 def test_two_workers_answer_every_request_with_its_own_outcome(
-    tmp_path: Path, run_dir: Path
+    tmp_path: Path, run_dir: Path, ring: str
 ) -> None:
+    """On shared memory too, where the sequencer reads one ring per worker and each worker
+    one from the resolver and one from the persister."""
     cluster = ProcessSet(
         f"dir:{tmp_path / 'data'}", free_port_block(), run_dir, extra=["--workers", "2"]
     ).start()
     try:
         assert len([p for p in cluster.pids()]) == 5  # persister, resolver, sequencer, 2 gateways
+        assert_ring_in_use(run_dir, ring)
 
         answers = asyncio.run(commit_each_on_its_own_connection(cluster.url, 300))
         assert all(a["request_id"] == r and a["status"] == "committed" for r, a in answers)

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.cluster import ProcessSet, ServiceSet, free_port_block
+from tests.support.cluster import ProcessSet, ServiceSet, assert_ring_in_use, free_port_block
 from tests.support.histories import LogFollower, Workload, assert_history_is_clean, retried
 from tests.support.waiting import wait_for
 from weaseldb.core.types import Stage
@@ -75,10 +75,13 @@ def commits_grow_by(workload: Workload, count: int) -> None:
     wait_for(lambda: workload.count("committed") >= target, timeout=60, what=f"{count} commits")
 
 
-def test_history_holds_across_a_sigkill_of_the_whole_set(tmp_path: Path, run_dir: Path) -> None:
+def test_history_holds_across_a_sigkill_of_the_whole_set(
+    tmp_path: Path, run_dir: Path, ring: str
+) -> None:
     data = tmp_path / "data"
     port = free_port_block()
     cluster = ProcessSet(f"dir:{data}", port, run_dir).start()
+    assert_ring_in_use(run_dir, ring)
     workload = Workload(cluster.url).start()
     wait_for(lambda: workload.count("committed") >= 400, timeout=120, what="400 commits")
     cluster.kill()  # every process at once, commits in flight
@@ -91,13 +94,16 @@ def test_history_holds_across_a_sigkill_of_the_whole_set(tmp_path: Path, run_dir
         assert restarted.stop() == 0, restarted.log()
 
 
-def test_history_holds_across_single_stage_restarts(tmp_path: Path, run_dir: Path) -> None:
+def test_history_holds_across_single_stage_restarts(
+    tmp_path: Path, run_dir: Path, ring: str
+) -> None:
     """Each stage in turn is SIGKILLed under load and started again on its own, as
     Kubernetes restarts one container of a pod, and then a sequencer and a gateway worker
     together (each restart resets the term, in either order): the set must re-form by
     itself within seconds, and no version may be used twice nor any acknowledged commit
     lost."""
     services = ServiceSet(f"dir:{tmp_path / 'data'}", free_port_block(), run_dir).start()
+    assert_ring_in_use(run_dir, ring)
     workload = Workload(services.url).start()
     # The pair starts gateway first: its Hello is queued for the sequencer before that
     # one's own, so the persister hears both at once and must not answer the gateway with

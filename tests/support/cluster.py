@@ -66,6 +66,13 @@ def _is_free(port: int) -> bool:
 started_logs: list[Path] = []
 
 
+def assert_ring_in_use(run_dir: Path, ring: str) -> None:
+    """The set really runs on `ring`: shared-memory ring files sit in its run dir with
+    `shm`, and none with the Unix-socket ring."""
+    files = sorted(p.name for p in run_dir.glob("*.ring"))
+    assert bool(files) == (ring == "shm"), f"ring {ring}, ring files {files}"
+
+
 def short_run_dir() -> Path:
     # ipc:// socket paths must stay under ~107 bytes: pytest's tmp_path is often longer.
     return Path(tempfile.mkdtemp(prefix="wdb-", dir="/tmp"))

@@ -90,6 +90,18 @@ def test_pod_name_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert config.load(None, {"pod_name": "explicit"}).pod_name == "explicit"
 
 
+def test_the_ring_is_unix_by_default_ipc_is_its_old_name_and_the_environment_chooses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert config.load(None).ring == "unix"
+    assert config.build({"ring": "ipc"}).ring == "unix"  # configs written before the rename
+    monkeypatch.setenv("WEASELDB_RING", "shm")
+    assert config.load(None).ring == "shm"
+    monkeypatch.setenv("WEASELDB_RING", "zeromq")
+    with pytest.raises(ConfigError, match="ring: Input should be 'unix', 'shm' or 'tcp'"):
+        config.load(None)
+
+
 def test_up_starts_one_gateway_worker_per_core_unless_told() -> None:
     from weaseldb_cli.main import MAX_AUTO_WORKERS, gateway_for_host
 

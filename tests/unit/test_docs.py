@@ -20,7 +20,7 @@ from services.persister import assembly, engine, fullness, leader
 from services.resolver import app as resolver_app
 from weaseldb.core import config, gc, idring, layout, recovery, requestids, sizing, types
 from weaseldb.core.types import Stage
-from weaseldb.runtime import stalls
+from weaseldb.runtime import shmring, stalls
 from weaseldb.runtime.ring import Endpoints
 from weaseldb.runtime.stores import directory
 from weaseldb_cli import main as cli
@@ -249,7 +249,8 @@ def test_ring_port_rule() -> None:
     assert endpoints.gateway(2).endswith(":10102")
     stated(
         "docs/architecture.md",
-        "each stage's service port + 1000, and gateway worker N at the gateway port + 1100 + N",
+        "each stage's service port + 1000 on `host`; "
+        "gateway worker N at the gateway port + 1100 + N",
     )
     stated(
         "docs/configuration.md", "service port + 1000; gateway worker i at gateway port + 1100 + i"
@@ -258,7 +259,8 @@ def test_ring_port_rule() -> None:
     assert [ipc.sequencer, ipc.gateway(3)] == ["ipc:///r/sequencer.sock", "ipc:///r/gateway-3.sock"]
     stated(
         "docs/architecture.md",
-        "(`sequencer.sock`, `resolver.sock`, `persister.sock`, `gateway-N.sock`)",
+        "`run_dir`: `sequencer.sock`, `resolver.sock`, `persister.sock`, `gateway-N.sock`",
+        f"(`sequencer.sock.<generation>.ring`, {mib(shmring.RING_BYTES)})",
     )
 
 

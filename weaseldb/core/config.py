@@ -13,7 +13,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from weaseldb.core.types import MAX_IN_FLIGHT_LIMIT, Stage
 
@@ -271,6 +278,10 @@ class Ports(_Section):
         return port
 
 
+#: The ring transports (`Config.ring`).
+RingKind = Literal["unix", "shm", "tcp"]
+
+
 class Config(_Section):
     store: str = "dir:./data"
     """Object store: ``dir:PATH`` (embedded default) or ``s3://BUCKET/PREFIX?endpoint=URL&region=R``."""
@@ -278,9 +289,20 @@ class Config(_Section):
     """Directory for the ring's ipc:// sockets; keep it short (socket paths allow ~107 bytes)."""
     host: str = "127.0.0.1"
     """Address every service listens on."""
-    ring: Literal["ipc", "tcp"] = "ipc"
-    """Ring transport: ipc:// sockets in run_dir, or tcp:// on host (service port + 1000;
-    gateway worker i at gateway port + 1100 + i)."""
+    ring: RingKind = "unix"
+    """How the stages pass frames to each other: ``unix``, Unix sockets in run_dir (one
+    write and one wake-up per frame); ``shm``, single-producer rings in shared files in
+    run_dir, the Unix sockets kept only as doorbells for a sleeping peer and to notice a
+    dead one (x86-64 only); or ``tcp`` on host (service port + 1000; gateway worker i at
+    gateway port + 1100 + i). ``ipc`` is the old name of ``unix``. The ``WEASELDB_RING``
+    environment variable overrides it. docs/architecture.md, "The ring", says why
+    ``unix`` is the default."""
+
+    @field_validator("ring", mode="before")
+    @classmethod
+    def _old_ring_name(cls, value: object) -> object:
+        return "unix" if value == "ipc" else value
+
     ports: Ports = Ports()
     pod_name: str = ""
     """Recorded in term claims; the ``WEASELDB_POD_NAME`` environment variable overrides it
@@ -339,6 +361,7 @@ ENVIRONMENT = {
     "WEASELDB_POD_NAME": "pod_name",
     "WEASELDB_ADMIN_TOKEN_FILE": "admin_token_file",
     "WEASELDB_GRANTS_FILE": "auth.grants_file",
+    "WEASELDB_RING": "ring",
 }
 
 

@@ -19,7 +19,7 @@ from prometheus_client import Counter, Histogram
 from weaseldb.core.protocol import Hello, RingEntry, Shutdown, decode_batch, encode_batch
 from weaseldb.core.types import Stage
 from weaseldb.runtime import tracing
-from weaseldb.runtime.ring import Inbox, Outbox
+from weaseldb.runtime.ring import Receiver, Sender
 from weaseldb.runtime.service import Health, HttpServer
 
 log = logging.getLogger("weaseldb")
@@ -41,8 +41,8 @@ class RelayStage:
     def __init__(
         self,
         name: Stage,
-        inbox: Inbox,
-        outbox: Outbox,
+        inbox: Receiver,
+        outbox: Sender,
         process: Process,
         *,
         shutdowns_expected: int,

@@ -33,6 +33,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from weaseldb.core.config import Config
 from weaseldb.core.types import Stage
@@ -110,12 +111,63 @@ class Address:
         return sock
 
 
-class Ring:
-    """The inbox and outboxes of one process. Needs a running event loop."""
+class Receiver(Protocol):
+    """What a stage reads its ring through: this module's `Inbox`, or `shmring.ShmInbox`."""
+
+    async def receive(self) -> list[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    """What a stage writes its ring through: `Outbox`, or `shmring.ShmOutbox`."""
+
+    async def send(self, frame: bytes) -> None: ...
+
+    def unsent(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """A process's ring, whichever the configuration chose (`ring:`): `Ring` (ipc, tcp) or
+    `shmring.ShmRing` (shm); the command line picks one, the stages only see this."""
+
+    def inbox(self, endpoint: str) -> Receiver: ...
+
+    def outbox(self, endpoint: str) -> Sender: ...
+
+    async def flush(self, timeout_s: float = 2.0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Holdings:
+    """What a transport keeps of the inboxes and outboxes it made, to flush and close
+    them together at the end of the process."""
 
     def __init__(self) -> None:
-        self._inboxes: list[Inbox] = []
-        self._outboxes: list[Outbox] = []
+        self._inboxes: list[Receiver] = []
+        self._outboxes: list[Sender] = []
+
+    async def flush(self, timeout_s: float = 2.0) -> None:
+        """Waits (at most `timeout_s`) until every frame sent has left this process (a
+        socket's buffer, or its shared-memory ring, whose consumer takes what is there even
+        after this process is gone): a stopping stage's last frames (its Shutdown) must not
+        die with it."""
+        deadline = time.monotonic() + timeout_s
+        while any(o.unsent() for o in self._outboxes) and time.monotonic() < deadline:  # noqa: ASYNC110 - nothing signals an emptied buffer
+            await asyncio.sleep(0.005)
+
+    def close(self) -> None:
+        for inbox in self._inboxes:
+            inbox.close()
+        for outbox in self._outboxes:
+            outbox.close()
+
+
+class Ring(Holdings):
+    """The inbox and outboxes of one process. Needs a running event loop."""
 
     def inbox(self, endpoint: str) -> Inbox:
         inbox = Inbox(Address.parse(endpoint).listen())
@@ -126,19 +178,6 @@ class Ring:
         outbox = Outbox(Address.parse(endpoint))
         self._outboxes.append(outbox)
         return outbox
-
-    async def flush(self, timeout_s: float = 2.0) -> None:
-        """Waits (at most `timeout_s`) until every frame sent has left this process: the last
-        frames of a stopping stage (its Shutdown) must not die with it."""
-        deadline = time.monotonic() + timeout_s
-        while any(o.unsent() for o in self._outboxes) and time.monotonic() < deadline:  # noqa: ASYNC110 - nothing signals an emptied buffer
-            await asyncio.sleep(0.005)
-
-    def close(self) -> None:
-        for inbox in self._inboxes:
-            inbox.close()
-        for outbox in self._outboxes:
-            outbox.close()
 
 
 class Inbox:
@@ -234,7 +273,11 @@ class _FrameReader(asyncio.Protocol):
         while length - position >= HEADER_BYTES:
             size = int.from_bytes(data[position : position + HEADER_BYTES], "big")
             if size > MAX_FRAME_BYTES:
-                log.error("closing a ring connection that announced a %d-byte frame", size)
+                log.error(
+                    "closing a ring connection that announced a %d-byte frame (a peer on "
+                    "another `ring` transport? every stage of a set must use the same)",
+                    size,
+                )
                 self.close()
                 return
             end = position + HEADER_BYTES + size

@@ -129,14 +129,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _store_url(data_dir: str | None, store: str | None) -> str | None:
+    """The store named by `--data-dir DIR` or `--store URL` (not both), if either."""
+    if data_dir and store:
+        raise ConfigError("use either --data-dir or --store, not both")
+    return f"dir:{Path(data_dir).resolve()}" if data_dir else store
+
+
 def _up_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
-    if args.data_dir and args.store:
-        raise ConfigError("use either --data-dir or --store, not both")
-    if args.data_dir:
-        overrides["store"] = f"dir:{Path(args.data_dir).resolve()}"
-    if args.store:
-        overrides["store"] = args.store
+    store = _store_url(args.data_dir, args.store)
+    if store:
+        overrides["store"] = store
     if args.port is not None:
         for offset, name in enumerate(Stage):
             overrides[f"ports.{name}"] = args.port + offset if args.port else 0
@@ -193,12 +197,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ConfigError(f"pyspark is not installed ({e}): pip install 'weaseldb[spark]'") from e
 
-    store = _up_overrides(
-        argparse.Namespace(
-            data_dir=args.data_dir, store=args.store, port=None, host=None, run_dir=None,
-            workers=None,
-        )
-    ).get("store")  # fmt: skip
+    store = _store_url(args.data_dir, args.store)
     if store is None:
         raise ConfigError("compact needs --data-dir DIR or --store URL")
     if (args.keep_history or args.keep_history_versions) and not args.gc:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.waiting import wait_for
+from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
 TOKEN = "s3cret-admin-token-0123456789"
@@ -38,11 +39,9 @@ def test_promote_needs_the_admin_token(tmp_path: Path) -> None:
         store, free_port_block(), short_run_dir(), pod_config(tmp_path, "db-1", token_file)
     )
     try:
-        with pytest.raises(TimeoutError):
-            standby.start(timeout=8)  # never ready: it waits as a standby
-        persister = f"http://127.0.0.1:{standby.port + 3}"
-        readiness = httpx.get(f"{persister}/readyz")
-        assert readiness.status_code == 503 and readiness.json()["role"] == "standby"
+        standby.launch().wait_for_standby()
+        persister = standby.stage_url(Stage.PERSISTER)
+        assert httpx.get(f"{persister}/readyz").status_code == 503  # a standby is not ready
         assert httpx.get(f"{persister}/healthz").status_code == 200
 
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):

@@ -17,6 +17,7 @@ from tests.support.cluster import ProcessSet, free_port_block, short_run_dir
 from tests.support.waiting import wait_for
 from weaseldb.core import layout
 from weaseldb.core.lease import Lease
+from weaseldb.core.types import Stage
 from weaseldb.runtime.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -32,17 +33,8 @@ def pod(tmp: Path, store: str, name: str, timeout_s: float = 2) -> ProcessSet:
     return ProcessSet(store, free_port_block(), short_run_dir(), ["--config", str(path)])
 
 
-def readyz(process_set: ProcessSet) -> dict[str, object]:
-    """What the set's persister says of itself (/readyz); empty while it does not answer."""
-    try:
-        answer = httpx.get(f"http://127.0.0.1:{process_set.port + 3}/readyz", timeout=2)
-        return dict(answer.json())
-    except httpx.HTTPError:
-        return {}
-
-
 def role(process_set: ProcessSet) -> str | None:
-    found = readyz(process_set).get("role")
+    found = process_set.readiness().get("role")
     return None if found is None else str(found)
 
 
@@ -86,7 +78,7 @@ def test_a_standby_takes_over_when_the_leaders_lease_stops(tmp_path: Path) -> No
     leader, standby = pod(tmp_path, store, "db-0").start(), pod(tmp_path, store, "db-1")
     standby.launch()
     try:
-        wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        standby.wait_for_standby()
         wait_for(lambda: refuses_commits(standby), what="db-1's gateway listens")
         refused = httpx.post(f"{standby.url}/v1/commit", json=COMMIT)
         assert refused.status_code == 503 and refused.json()["error"] == "not_leader"
@@ -125,20 +117,20 @@ def test_a_promotion_after_a_term_that_was_claimed_again_deposes_no_one(tmp_path
     leader = pod(tmp_path, store, "db-0", timeout_s=600).start()
     standby = pod(tmp_path, store, "db-1", timeout_s=600).launch()
     try:
-        wait_for(lambda: role(standby) == "standby", what="db-1 waits as a standby")
+        standby.wait_for_standby()
         dead_term = lease_of(store).term
         leader.kill()
         leader.launch()  # the kubelet restarts the pod's containers: db-0 claims again
         leader.wait_ready(60)
         assert lease_of(store).term != dead_term
 
-        persister = f"http://127.0.0.1:{standby.port + 3}"
+        persister = standby.stage_url(Stage.PERSISTER)
         bogus = httpx.post(f"{persister}/promote", params={"after_term": dead_term - 1000})
         assert bogus.status_code == 409 and bogus.json()["error"] == "no_such_term"
         promoted = httpx.post(f"{persister}/promote", params={"after_term": dead_term})
         assert promoted.status_code == 200
         lost = "was claimed by another candidate"
-        wait_for(lambda: lost in str(readyz(standby).get("reason")), 30,
+        wait_for(lambda: lost in str(standby.readiness().get("reason")), 30,
                  "the standby loses the claim")  # fmt: skip
         assert role(standby) == "standby"
         answer = httpx.post(f"{leader.url}/v1/commit", json=COMMIT).json()

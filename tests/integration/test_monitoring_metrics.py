@@ -15,7 +15,7 @@ from tests.support.cluster import ProcessSet, configured_set, metric
 from tests.support.sse import Subscription
 from tests.support.waiting import wait_for
 from weaseldb.core import layout, logstart, recovery
-from weaseldb.core.types import BatchNumber
+from weaseldb.core.types import BatchNumber, Stage
 from weaseldb.runtime.stores.directory import DirectoryStore
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def cluster(tmp_path: Path, run_dir: Path) -> Iterator[ProcessSet]:
 
 
 def persister(cluster: ProcessSet) -> str:
-    return f"http://127.0.0.1:{cluster.port + 3}"
+    return cluster.stage_url(Stage.PERSISTER)
 
 
 def test_batch_put_latency_counts_each_batch_put(cluster: ProcessSet) -> None:

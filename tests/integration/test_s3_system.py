@@ -16,7 +16,7 @@ from tests.support.cluster import metric as cluster_metric
 from tests.support.load import Load
 from tests.support.minio import MinioServer
 from tests.support.tcpproxy import DelayProxy
-from tests.support.waiting import wait_for
+from tests.support.waiting import http_ok, wait_for
 from weaseldb.core import batchfile, history
 from weaseldb.core.recovery import read_batch
 from weaseldb.core.types import Stage
@@ -219,18 +219,17 @@ def test_standby_waits_without_deposing_until_promoted(minio: MinioServer, tmp_p
     try:
         assert standby.process is None
         standby.extra = _pod_config(tmp_path, "db-1")
-        with pytest.raises(TimeoutError):
-            standby.start(timeout=8)  # never ready: it waits as a standby
-        readiness = httpx.get(f"http://127.0.0.1:{standby.port + 3}/readyz").json()
-        assert readiness["reason"].startswith("standby") and "db-0" in readiness["reason"]
-        assert readiness["role"] == "standby"  # what the operator reads
+        readiness = standby.launch().wait_for_standby()  # what the operator reads
+        reason = str(readiness["reason"])
+        assert reason.startswith("standby") and "db-0" in reason, readiness
+        assert not http_ok(f"{standby.url}/readyz")  # a standby's gateway is never ready
         first = httpx.post(
             f"{leader.url}/v1/commit",
             json={"operations": [{"type": "write", "key": "YQ==", "value": "YQ=="}]},
         ).json()
         assert first["status"] == "committed"  # the leader was not deposed
 
-        httpx.post(f"http://127.0.0.1:{standby.port + 3}/promote").raise_for_status()
+        httpx.post(f"{standby.stage_url(Stage.PERSISTER)}/promote").raise_for_status()
         standby.wait_ready(60)
         old = leader.process
         assert old is not None

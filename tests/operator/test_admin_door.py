@@ -19,6 +19,7 @@ from tests.support.cluster import metric
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
 from tests.support.waiting import wait_for
+from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,7 @@ def test_the_operator_promotes_a_standby_with_the_admin_token(
     leader = pods.start_pod("ledger-0")
     leads_ready(control_plane, namespace, "ledger-0")
     standby = pods.start_pod("ledger-1")
-    persister = f"http://127.0.0.1:{standby.port + 3}"
+    persister = standby.stage_url(Stage.PERSISTER)
     wait_for(lambda: standby_role(persister), what="ledger-1 answers as a standby")
     assert httpx.post(f"{persister}/promote").status_code == 401  # not without the token
 
@@ -99,7 +100,7 @@ def test_a_standby_with_another_token_is_not_promoted_and_the_pod_says_why(
     other = tmp_path / "other-token"
     other.write_text("not-the-operators-token")
     standby = pods.start_pod("ledger-1", token_file=other)
-    persister = f"http://127.0.0.1:{standby.port + 3}"
+    persister = standby.stage_url(Stage.PERSISTER)
     wait_for(lambda: standby_role(persister), what="ledger-1 answers as a standby")
 
     leader.kill()

@@ -159,6 +159,32 @@ class ProcessSet:
         )
         return [int(p) for p in out.stdout.split()]
 
+    def stage_url(self, stage: Stage) -> str:
+        return _stage_url(self.port, stage)
+
+    def readiness(self, stage: Stage = Stage.PERSISTER) -> dict[str, object]:
+        """What a stage says of itself on /readyz; empty while it does not answer yet."""
+        try:
+            return dict(httpx.get(f"{self.stage_url(stage)}/readyz", timeout=2).json())
+        except httpx.HTTPError:
+            return {}
+
+    def wait_for_standby(self, timeout: float = 60) -> dict[str, object]:
+        """Once `launch`ed: until its persister answers as a standby (never ready, it waits
+        to be promoted), and what it says. A wait on the answer, not a start with a short
+        timeout: on a loaded machine the persister may listen only seconds later."""
+
+        def standby() -> dict[str, object] | None:
+            found = self.readiness()
+            return found if found.get("role") == "standby" else None
+
+        return wait_for(
+            standby,
+            timeout,
+            "the persister answers as a standby",
+            explain=self.log,
+        )
+
     def service_pid(self, name: Stage) -> int:
         for pid in self.pids():
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -189,6 +215,12 @@ def metric(url: str, name: str, labels: str = "") -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def _stage_url(base_port: int, stage: Stage) -> str:
+    """A stage's own port (probes, metrics, the admin door): `up` numbers them from the
+    client port in `Stage` order."""
+    return f"http://127.0.0.1:{base_port + list(Stage).index(stage)}"
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -217,7 +249,7 @@ class ServiceSet:
         return self.run_dir / "services.toml"
 
     def stage_url(self, stage: Stage) -> str:
-        return f"http://127.0.0.1:{self.port + list(Stage).index(stage)}"
+        return _stage_url(self.port, stage)
 
     def write_config(self) -> None:
         ports = "\n".join(f"{s} = {self.port + i}" for i, s in enumerate(Stage))

@@ -272,7 +272,8 @@ def test_architecture_numbers() -> None:
         f"LIST of at most {types.MAX_IN_FLIGHT_LIMIT} batch keys",
         f"`max_in_flight_requests` of any earlier leader (at most {recovery.FENCE_LENGTH};",
         f"(a claim without the field counts as {types.MAX_IN_FLIGHT_LIMIT}; a first term",
-        f"waits up to {seconds(assembly.RING_ASSEMBLY_S)} for the sequencer's",
+        f"(logged once after {seconds(assembly.RING_ASSEMBLY_S)}).",
+        f"answers `/readyz` with 503 gets up to {seconds(assembly.RING_ASSEMBLY_S)} for its",
         f"speaks to every worker at least every {seconds(leader.HEARTBEAT_S)}",
         f"every {seconds(fullness.PROBE_INTERVAL_S)} (`services/persister/fullness.py`, "
         "`PROBE_INTERVAL_S`)",

@@ -20,7 +20,7 @@ from services.persister import assembly, engine, fullness, leader
 from services.resolver import app as resolver_app
 from weaseldb.core import config, gc, idring, layout, recovery, requestids, sizing, types
 from weaseldb.core.types import Stage
-from weaseldb.runtime import shmring, stalls
+from weaseldb.runtime import ring, shmring, stalls
 from weaseldb.runtime.ring import Endpoints
 from weaseldb.runtime.stores import directory
 from weaseldb_cli import main as cli
@@ -267,12 +267,16 @@ def test_ring_port_rule() -> None:
 def test_architecture_numbers() -> None:
     doc = "docs/architecture.md"
     assert recovery.FENCE_LENGTH == types.MAX_IN_FLIGHT_LIMIT - 1
+    assert ring.REFUSAL_LOG_EVERY_S == 60  # "at ERROR once a minute", and the log line
     stated(
         doc,
         f"LIST of at most {types.MAX_IN_FLIGHT_LIMIT} batch keys",
         f"`max_in_flight_requests` of any earlier leader (at most {recovery.FENCE_LENGTH};",
         f"(a claim without the field counts as {types.MAX_IN_FLIGHT_LIMIT}; a first term",
         f"(logged once after {seconds(assembly.RING_ASSEMBLY_S)}).",
+        f"the refused sender tries again, waiting twice as long after each refusal, up to "
+        f"{seconds(ring.REFUSED_BACKOFF_S)}. A sender whose connection lived at least "
+        f"{seconds(ring.ACCEPTED_AFTER_S)} reconnects at once",
         f"answers `/readyz` with 503 gets up to {seconds(assembly.RING_ASSEMBLY_S)} for its",
         f"speaks to every worker at least every {seconds(leader.HEARTBEAT_S)}",
         f"every {seconds(fullness.PROBE_INTERVAL_S)} (`services/persister/fullness.py`, "

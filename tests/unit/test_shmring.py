@@ -455,3 +455,28 @@ def test_a_peer_on_the_other_transport_is_refused_by_name_and_the_inbox_goes_on(
     said = caplog.text
     assert "announced a" in said and "another `ring` transport" in said
     assert "refusing a ring producer: not a shared-memory ring hello" in said
+
+
+def test_a_refused_sender_backs_off_and_the_inbox_says_why_once(
+    tmp_path: Path, run: Runner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misconfigured set neither spins nor floods its log: each refused sender tries
+    again less and less often (not every 20 ms: about 150 times in these 3 s), and each
+    inbox says why at ERROR once, the repeats at DEBUG."""
+
+    async def scenario() -> None:
+        unix_side, shm_side = Ring(), _ring(SMALL)
+        unix_side.inbox(f"ipc://{tmp_path}/unix.sock")
+        shm_side.inbox(f"ipc://{tmp_path}/shm.sock")
+        await shm_side.outbox(f"ipc://{tmp_path}/unix.sock").send(b"from shm")
+        await unix_side.outbox(f"ipc://{tmp_path}/shm.sock").send(b"from unix")
+        await asyncio.sleep(3)
+        unix_side.close()
+        shm_side.close()
+
+    with caplog.at_level("DEBUG", logger="weaseldb.ring"):
+        run(scenario)
+    for refusal in ("announced a", "not a shared-memory ring hello"):
+        said = [r for r in caplog.records if refusal in r.getMessage()]
+        assert [r.levelname for r in said].count("ERROR") == 1, said
+        assert 1 <= len(said) <= 12, f"{len(said)} attempts: no back-off"

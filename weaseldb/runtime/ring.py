@@ -50,6 +50,50 @@ HEADER_BYTES = 4
 MAX_FRAME_BYTES = 1 << 30
 #: Pause between attempts to connect to a peer that is not listening (yet, or again).
 RECONNECT_S = 0.02
+#: A connection the peer closed sooner than this after it was made was refused (a stage on
+#: another `ring` transport): the next attempt waits twice as long as the last one, up to
+#: REFUSED_BACKOFF_S, so that a misconfigured set neither spins nor floods its log.
+ACCEPTED_AFTER_S = 1.0
+REFUSED_BACKOFF_S = 1.0
+#: An inbox logs a repeated refusal at ERROR once per this many seconds (DEBUG between).
+REFUSAL_LOG_EVERY_S = 60.0
+
+
+class Refusals:
+    """An inbox's log of why it closed senders' connections. A refused sender tries again,
+    so one misconfiguration would otherwise say the same every second."""
+
+    def __init__(self) -> None:
+        self._logged: dict[str, float] = {}  # message -> when it was last said at ERROR
+
+    def say(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._logged.get(message)
+        if last is not None and now - last < REFUSAL_LOG_EVERY_S:
+            log.debug(message, *args)
+            return
+        self._logged[message] = now
+        log.error(message + " (said once a minute while it goes on)", *args)
+
+
+class Reconnects:
+    """How long a sender waits before it connects again after losing its connection: at
+    once after a connection that lived (its peer restarted), backing off after one that
+    was refused."""
+
+    def __init__(self) -> None:
+        self._pause = 0.0
+        self._connected_at = 0.0
+
+    def connected(self) -> None:
+        self._connected_at = time.monotonic()
+
+    def pause_after_loss(self) -> float:
+        if time.monotonic() - self._connected_at >= ACCEPTED_AFTER_S:
+            self._pause = 0.0
+        else:
+            self._pause = min(max(2 * self._pause, RECONNECT_S), REFUSED_BACKOFF_S)
+        return self._pause
 
 
 @dataclass(frozen=True)
@@ -189,6 +233,7 @@ class Inbox:
         self._waiter: asyncio.Future[None] | None = None
         self._readers: set[_FrameReader] = set()
         self._paused = False
+        self.refusals = Refusals()
         self._server: asyncio.AbstractServer | None = None
         self._starting = asyncio.get_running_loop().create_task(self._serve())
 
@@ -273,7 +318,7 @@ class _FrameReader(asyncio.Protocol):
         while length - position >= HEADER_BYTES:
             size = int.from_bytes(data[position : position + HEADER_BYTES], "big")
             if size > MAX_FRAME_BYTES:
-                log.error(
+                self._inbox.refusals.say(
                     "closing a ring connection that announced a %d-byte frame (a peer on "
                     "another `ring` transport? every stage of a set must use the same)",
                     size,
@@ -314,6 +359,7 @@ class Outbox:
         self._buffer_full = False
         self._can_send = asyncio.Event()
         self._closed = False
+        self._reconnects = Reconnects()
         self._connecting = asyncio.get_running_loop().create_task(self._stay_connected())
 
     async def send(self, frame: bytes) -> None:
@@ -359,9 +405,11 @@ class Outbox:
                 self._pending.clear()
             self._transport = transport
             self._set_buffer_full(False)
+            self._reconnects.connected()
             await lost
             self._transport = None
             self._set_buffer_full(False)
+            await asyncio.sleep(self._reconnects.pause_after_loss())
 
     async def _connect(self, lost: asyncio.Future[None]) -> asyncio.Transport:
         loop = asyncio.get_running_loop()

@@ -38,7 +38,15 @@ import struct
 import threading
 from pathlib import Path
 
-from weaseldb.runtime.ring import HEADER_BYTES, MAX_FRAME_BYTES, RECONNECT_S, Address, Holdings
+from weaseldb.runtime.ring import (
+    HEADER_BYTES,
+    MAX_FRAME_BYTES,
+    RECONNECT_S,
+    Address,
+    Holdings,
+    Reconnects,
+    Refusals,
+)
 
 log = logging.getLogger("weaseldb.ring")
 
@@ -221,6 +229,7 @@ class ShmOutbox:
         self._unsent = 0
         self._transport: asyncio.Transport | None = None
         self._closed = False
+        self._reconnects = Reconnects()
         self._connecting = asyncio.get_running_loop().create_task(self._stay_connected())
 
     async def send(self, frame: bytes) -> None:
@@ -322,9 +331,10 @@ class ShmOutbox:
             transport.write(self._hello())
             self._rung = 0  # a new consumer numbers its sleeps afresh
             self._transport = transport
+            self._reconnects.connected()
             await lost
             self._transport = None
-            await asyncio.sleep(RECONNECT_S)  # a consumer that refused the hello, or restarting
+            await asyncio.sleep(self._reconnects.pause_after_loss())
 
     def close(self) -> None:
         """The ring file stays for its consumer to drain and delete (or for the next
@@ -368,6 +378,7 @@ class ShmInbox:
         self._attachments: set[_Attach] = set()
         self._waiter: asyncio.Future[None] | None = None
         self._sleeps = 0
+        self.refusals = Refusals()
         self._server: asyncio.AbstractServer | None = None
         self._starting = asyncio.get_running_loop().create_task(self._serve())
         self._backstop_timer = asyncio.get_running_loop().call_later(BACKSTOP_S, self._backstop)
@@ -489,7 +500,7 @@ class _Attach(asyncio.Protocol):
         self._inbox._attach(self._reader)
 
     def _refuse(self, why: str) -> None:
-        log.error("refusing a ring producer: %s", why)
+        self._inbox.refusals.say("refusing a ring producer: %s", why)
         assert self._transport is not None
         self._transport.close()
 

@@ -58,7 +58,7 @@ def test_subscriber_lag_is_the_versions_a_lingering_subscriber_has_not_taken(
     sub = Subscription(cluster.url).start()
     try:
         # Its first checkpoint is sent at once; then it lingers, taking nothing.
-        wait_for(lambda: sub.checkpoints, 10, "the first checkpoint")
+        wait_for(lambda: sub.checkpoints, 30, "the first checkpoint")
         for _ in range(5):
             assert commit(cluster.url)["status"] == "committed"
         assert metric(cluster.url, LAG) == 5
@@ -86,6 +86,6 @@ def test_retention_floor_follows_the_log_start_marker(cluster: ProcessSet, tmp_p
         raise AssertionError("no batch ends at the second commit")
 
     asyncio.run(cut())
-    wait_for(lambda: metric(persister(cluster), FLOOR) == versions[1], 10, "the floor moved")
+    wait_for(lambda: metric(persister(cluster), FLOOR) == versions[1], 30, "the floor moved")
     committed = metric(persister(cluster), "weaseldb_committed_version")
     assert committed - metric(persister(cluster), FLOOR) == versions[2] - versions[1]

@@ -170,7 +170,7 @@ def test_tokens_prefixes_mtls_and_rotation(secured: tuple[Secured, ProcessSet]) 
     kept = app.post(commit, json={"operations": [write("app/kept")]})
     assert peer_certificate(kept) == pem(setup.first.cert)
     setup.install(setup.second)
-    wait_for(lambda: served_certificate(cluster.port) == pem(setup.second.cert), 10, "renewal")
+    wait_for(lambda: served_certificate(cluster.port) == pem(setup.second.cert), 30, "renewal")
     again = app.post(commit, json={"operations": [write("app/kept")]})
     # Still the first certificate: the same connection, kept alive across the renewal.
     assert again.status_code == 200 and peer_certificate(again) == pem(setup.first.cert)

@@ -214,11 +214,20 @@ def containers_for(db: Database) -> list[dict[str, Any]]:
     return gateways + [stage_container(db, stage) for stage in Stage if stage != Stage.GATEWAY]
 
 
+def run_volume(db: Database) -> dict[str, Any]:
+    """The emptyDir the containers share. With `ring: shm` it is memory-backed: the rings
+    are written at every frame, and on disk the kernel would write them back for nothing.
+    Their pages count toward the memory of the container that writes them (4 MiB per
+    ring; a gateway worker, the sequencer and the resolver have one, the persister one per
+    worker)."""
+    return {"medium": "Memory"} if db.config.ring == "shm" else {}
+
+
 def pod_spec(db: Database) -> dict[str, Any]:
     return {
         "containers": containers_for(db),
         "volumes": [
-            {"name": "run", "emptyDir": {}},
+            {"name": "run", "emptyDir": run_volume(db)},
             {"name": "tmp", "emptyDir": {}},
             {"name": "config", "configMap": {"name": config_name(db)}},
             *security_volumes(db)[0],

@@ -52,6 +52,25 @@ def test_configmap_holds_a_config_the_services_accept(
     assert (loaded.pod_name, loaded.run_dir, loaded.host) == ("orders-0", "/run/weasel", "0.0.0.0")
 
 
+@pytest.mark.parametrize(("ring", "run_volume"), [("unix", {}), ("shm", {"medium": "Memory"})])
+def test_the_ring_reaches_every_container_and_shm_shares_memory(
+    ring: str, run_volume: dict[str, str]
+) -> None:
+    """spec.pipeline.ring is the set's `ring` (one ConfigMap for every container, so they
+    cannot disagree); with shm the run dir they share is memory-backed."""
+    db = database_from(body(pipeline={"ring": ring}))
+    assert json.loads(configmap_for(db)["data"]["config.json"])["ring"] == ring
+    pod = statefulset_for(db)["spec"]["template"]["spec"]
+    (run,) = [v for v in pod["volumes"] if v["name"] == "run"]
+    assert run["emptyDir"] == run_volume
+    mounts = [m["mountPath"] for c in pod["containers"] for m in c["volumeMounts"]]
+    assert mounts.count("/run/weasel") == len(pod["containers"])
+
+
+def test_the_ring_defaults_to_unix_sockets() -> None:
+    assert database_from(body()).config.ring == "unix"
+
+
 def test_a_stopping_gateway_lingers_past_its_endpoint_going_not_serving() -> None:
     """The rendered gateway.stop_linger_s outlasts the readiness probes that take the pod
     out of the Service (plus a second for kube-proxy), and the grace period covers it."""

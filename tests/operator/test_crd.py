@@ -28,6 +28,7 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
     assert spec["leaderNotReadySeconds"] == 30
     assert spec["paused"] is False
     assert spec["pipeline"]["maxInFlightRequests"] == 50
+    assert spec["pipeline"]["ring"] == "unix"
     header = control_plane.kubectl("get", "wdb", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "LEADER", "VERSION", "AGE"]
 
@@ -44,6 +45,11 @@ def test_defaults_and_printer_columns(control_plane: ControlPlane, namespace: st
             {"storage": STORAGE, "pipeline": {"maxInFlightRequests": 0}},
             "spec.pipeline.maxInFlightRequests: Invalid value: 0",
             id="in-flight-min",
+        ),
+        pytest.param(
+            {"storage": STORAGE, "pipeline": {"ring": "zeromq"}},
+            'spec.pipeline.ring: Unsupported value: "zeromq"',
+            id="ring-enum",
         ),
         pytest.param(
             {"storage": STORAGE, "deletionPolicy": "Sometimes"},

@@ -463,6 +463,7 @@ def test_operator_numbers() -> None:
         f"twice the term watch interval plus {settle:g} s has passed",
         f"since the fence ({grace:g} s by default)",
         f"runs as uid {constant('resources', 'USER_ID')}",
+        f"its rings ({mib(shmring.RING_BYTES)} each:",
         f"`pyspark=={constant('compaction', 'SPARK_VERSION')}`",
         f"{ports.gateway} gateway, {ports.sequencer} sequencer, {ports.resolver} resolver, "
         f"{ports.persister} persister",
@@ -556,4 +557,5 @@ def test_crd_defaults_are_the_configuration_defaults(section: str) -> None:
             continue
         key = _snake(name)
         key = key if hasattr(target, key) else key.replace("_seconds", "_s")
-        assert getattr(target, key) == node["default"], f"{section}.{name}"
+        owner = config.Config() if key == "ring" else target  # the set's, in spec.pipeline
+        assert getattr(owner, key) == node["default"], f"{section}.{name}"

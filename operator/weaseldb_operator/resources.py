@@ -223,8 +223,12 @@ def run_volume(db: Database) -> dict[str, Any]:
     return {"medium": "Memory"} if db.config.ring == "shm" else {}
 
 
+#: The node label the kubelet sets to its CPU architecture.
+ARCH_LABEL = "kubernetes.io/arch"
+
+
 def pod_spec(db: Database) -> dict[str, Any]:
-    return {
+    spec = {
         "containers": containers_for(db),
         "volumes": [
             {"name": "run", "emptyDir": run_volume(db)},
@@ -239,6 +243,11 @@ def pod_spec(db: Database) -> dict[str, Any]:
         "enableServiceLinks": False,
         **placement_for(db.placement, selector_labels(db)),
     }
+    if db.config.ring == "shm":
+        # The shm ring relies on x86-64's store order and refuses to start elsewhere: the
+        # scheduler keeps such pods off other nodes rather than the kubelet crash-looping.
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), ARCH_LABEL: "amd64"}
+    return spec
 
 
 def statefulset_replicas(db: Database, leader_pod: str | None) -> int:

@@ -65,6 +65,14 @@ def test_the_ring_reaches_every_container_and_shm_shares_memory(
     assert run["emptyDir"] == run_volume
     mounts = [m["mountPath"] for c in pod["containers"] for m in c["volumeMounts"]]
     assert mounts.count("/run/weasel") == len(pod["containers"])
+    arch = pod.get("nodeSelector", {}).get("kubernetes.io/arch")
+    assert arch == ("amd64" if ring == "shm" else None)  # shm runs on x86-64 only
+
+
+def test_shm_keeps_the_users_node_selector_and_adds_the_architecture() -> None:
+    db = database_from(body(pipeline={"ring": "shm"}, nodeSelector={"disk": "ssd"}))
+    pod = statefulset_for(db)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"disk": "ssd", "kubernetes.io/arch": "amd64"}
 
 
 def test_the_ring_defaults_to_unix_sockets() -> None:

@@ -69,6 +69,7 @@ def test_commits_status_and_live_subscription_through_the_gateway_service(
     assert inboxes(before) == RINGS_PER_INBOX, before
     (run,) = [v for v in pod["spec"]["volumes"] if v["name"] == "run"]
     assert run["emptyDir"] == {"medium": "Memory"}
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
     url = expose_gateway(cluster, namespace, NAME)
     cluster.wait_for(lambda: answers(url), 60, f"the gateway at {url}", namespace)
 

@@ -417,11 +417,12 @@ def pipeline_config(spec: dict[str, Any], storage: Storage) -> Config:
             "lease_timeout_s": lease_timeout_for(spec),
         },
         "gateway": {"stop_linger_s": STOP_LINGER_S, **security.pop("gateway")},
-        # A setting of the whole set, not of the persister: spec.pipeline is where a user
-        # looks for how the pipeline runs.
-        "ring": (spec.get("pipeline") or {}).get("ring", "unix"),
         **security,
     }
+    # A setting of the whole set, not of the persister: spec.pipeline is where a user looks
+    # for how the pipeline runs. Unset (no CRD default applied), the config's default holds.
+    if ring := (spec.get("pipeline") or {}).get("ring"):
+        data["ring"] = ring
     for section, (target, fields) in _SECTIONS.items():
         values = spec.get(section) or {}
         data[target] = {

@@ -18,7 +18,6 @@ from tests.operator.pods import Pods, leader_of, leads_ready
 from tests.support.cluster import metric
 from tests.support.kube import ControlPlane
 from tests.support.minio import MinioServer
-from tests.support.waiting import wait_for
 from weaseldb.core.types import Stage
 
 pytestmark = pytest.mark.slow
@@ -58,13 +57,6 @@ def test_the_reconciler_creates_the_token_secret_and_the_network_policy(
     )
 
 
-def standby_role(persister: str) -> bool:
-    try:
-        return bool(httpx.get(f"{persister}/readyz").json().get("role") == "standby")
-    except httpx.HTTPError:
-        return False  # not listening yet
-
-
 def test_the_operator_promotes_a_standby_with_the_admin_token(
     control_plane: ControlPlane, operator: Path, operator_metrics: str, namespace: str, pods: Pods
 ) -> None:
@@ -72,7 +64,7 @@ def test_the_operator_promotes_a_standby_with_the_admin_token(
     leads_ready(control_plane, namespace, "ledger-0")
     standby = pods.start_pod("ledger-1")
     persister = standby.stage_url(Stage.PERSISTER)
-    wait_for(lambda: standby_role(persister), what="ledger-1 answers as a standby")
+    standby.wait_for_standby(timeout=30)
     assert httpx.post(f"{persister}/promote").status_code == 401  # not without the token
 
     leader.kill()
@@ -101,7 +93,7 @@ def test_a_standby_with_another_token_is_not_promoted_and_the_pod_says_why(
     other.write_text("not-the-operators-token")
     standby = pods.start_pod("ledger-1", token_file=other)
     persister = standby.stage_url(Stage.PERSISTER)
-    wait_for(lambda: standby_role(persister), what="ledger-1 answers as a standby")
+    standby.wait_for_standby(timeout=30)
 
     leader.kill()
 
